@@ -1,0 +1,51 @@
+# draftline: `make all` runs the pipeline, `make test` runs the tests.
+# Both create .venv on first use; nothing else is needed on a fresh machine.
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.installed
+REMOTE ?= ../draftline-remote
+export PATH := $(BIN):$(PATH)
+export DVC_NO_ANALYTICS := 1
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: all venv test metrics diff plots push pull remote clean-venv
+
+all: $(STAMP)
+	dvc repro
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements-nodeps.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+metrics: $(STAMP)
+	dvc metrics show
+
+diff: $(STAMP)
+	dvc metrics diff HEAD~1
+
+plots: $(STAMP)
+	dvc plots show -o data/plots/html
+	@echo "open data/plots/html/index.html"
+
+# The default remote is a plain folder beside the repo; point REMOTE at s3://... etc.
+remote: $(STAMP)
+	dvc remote add -f -d local $(REMOTE)
+
+push: remote
+	dvc push --run-cache
+
+pull: remote
+	dvc pull --run-cache
+
+clean-venv:
+	rm -rf $(VENV)

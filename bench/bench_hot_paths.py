@@ -1,0 +1,81 @@
+"""Profile the two hot paths whose shape the pipeline depends on, each against its
+naive alternative in the same process (ratios, not absolute times).
+
+1. The drafter loss: the target's 49K-row LM head on the supervised slots, gathered into
+   one contiguous [N, H] matrix (what draftline.drafter.loss does) versus applied to a
+   strided [b, A, B-1, H] view of the block outputs.
+2. Extraction: the base model only (what draftline.extract does) versus the full causal
+   LM, which also computes logits that extraction would throw away.
+
+    .venv/bin/python bench/bench_hot_paths.py        # needs data/target/model (make all, or dvc repro target)
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from draftline.target import load_model  # noqa: E402
+
+
+def timed(fn, reps=5):
+    fn()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def lm_head(model):
+    w = model.get_output_embeddings().weight.detach()
+    b, A, B, H = 8, 64, 8, w.shape[1]
+    hidden = torch.randn(b, A * B, H, requires_grad=True)
+    labels = torch.randint(0, w.shape[0], (b, A, B - 1))
+
+    def strided():
+        view = hidden.view(b, A, B, H)[:, :, 1:, :]  # non-contiguous
+        loss = F.cross_entropy(F.linear(view, w).flatten(0, 2), labels.flatten())
+        loss.backward()
+
+    def contiguous():
+        rows = hidden.view(b, A, B, H)[:, :, 1:, :].reshape(-1, H).contiguous()
+        loss = F.cross_entropy(F.linear(rows, w), labels.flatten())
+        loss.backward()
+
+    return timed(strided), timed(contiguous)
+
+
+@torch.inference_mode()
+def extraction(model):
+    ids = torch.randint(100, 40000, (8, 256))
+
+    def full():
+        model(input_ids=ids, output_hidden_states=True)
+
+    def base_only():
+        model.get_decoder()(input_ids=ids, output_hidden_states=True)
+
+    return timed(full, 3), timed(base_only, 3)
+
+
+def main():
+    torch.set_num_threads(torch.get_num_threads())
+    model = load_model(Path("data/target/model"))
+    s, c = lm_head(model)
+    print(f"LM-head loss fwd+bwd, 3584 slots: strided {s * 1e3:.0f} ms, contiguous {c * 1e3:.0f} ms, "
+          f"ratio {s / c:.2f}x")
+    f, b = extraction(model)
+    print(f"extraction of 8x256 tokens: with logits {f * 1e3:.0f} ms, base only {b * 1e3:.0f} ms, "
+          f"ratio {f / b:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

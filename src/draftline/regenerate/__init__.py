@@ -1,0 +1,1 @@
+"""Regeneration: the target answers every training prompt, turn by turn."""

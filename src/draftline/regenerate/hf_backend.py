@@ -1,0 +1,61 @@
+"""In-process generation with transformers, batched with left padding."""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import RegenerateParams
+from .answer import Answer, split_reasoning
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, model, tokenizer, params: RegenerateParams, eos_ids: list[int]):
+        self.model = model
+        self.tok = tokenizer
+        self.params = params
+        self.eos_ids = eos_ids
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+        self.served_model = "hf:" + str(getattr(model.config, "_name_or_path", "") or "local")
+
+    def _encode(self, conversations: list[list[dict]]) -> list[list[int]]:
+        out = []
+        for conv in conversations:
+            ids = self.tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            out.append(list(ids))
+        return out
+
+    @torch.inference_mode()
+    def generate(self, conversations: list[list[dict]], seed: int) -> list[Answer]:
+        encoded = self._encode(conversations)
+        width = max(len(e) for e in encoded)
+        input_ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros_like(input_ids)
+        for i, e in enumerate(encoded):  # left padding: every prompt ends at the same column
+            input_ids[i, width - len(e):] = torch.tensor(e)
+            attn[i, width - len(e):] = 1
+        p = self.params
+        sampling = p.temperature > 0
+        if sampling:
+            torch.manual_seed(seed)
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attn, max_new_tokens=p.max_new_tokens,
+            do_sample=sampling, temperature=p.temperature if sampling else None,
+            top_p=p.top_p if sampling else None, top_k=None,
+            eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
+        )
+        answers = []
+        for i, e in enumerate(encoded):
+            gen = out[i, width:].tolist()
+            stop = next((j for j, t in enumerate(gen) if t in self.eos_ids), None)
+            toks = gen if stop is None else gen[:stop]
+            text = self.tok.decode(toks, skip_special_tokens=False)
+            text, reasoning = split_reasoning(text)
+            answers.append(Answer(text=text, reasoning=reasoning,
+                                  finish_reason="length" if stop is None else "stop",
+                                  prompt_tokens=len(e), completion_tokens=len(toks) + (stop is not None),
+                                  served_model=self.served_model))
+        return answers

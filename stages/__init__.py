@@ -1,0 +1,1 @@
+"""DVC stage entry points: `python -m stages.<name>`. Thin: paths in, library calls, files out."""

@@ -1,0 +1,44 @@
+"""Stage `tokenize`: chat template + loss mask for every regenerated conversation.
+
+    python -m stages.tokenize   # writes data/tokens/train.parquet, data/metrics/tokenize.json
+"""
+
+from pathlib import Path
+
+from draftline import target as tgt
+from draftline.io import read_parquet, write_json, write_parquet
+from draftline.loss_mask import encode
+
+from ._run import main
+
+MODEL = Path("data/target/model")
+ANSWERS = Path("data/regen/answers.parquet")
+OUT = Path("data/tokens/train.parquet")
+METRICS = Path("data/metrics/tokenize.json")
+
+
+def run(params) -> None:
+    tok = tgt.load_tokenizer(MODEL)
+    rows = read_parquet(ANSWERS)
+    out, dropped, truncated = [], 0, 0
+    for r in rows:
+        enc = encode(tok, r["messages"], r["finish_reason"], params.tokenize.max_length)
+        truncated += enc.truncated
+        # A row with < 2 supervised tokens has no anchor for a block: count it and drop it.
+        if sum(enc.loss_mask) < 2:
+            dropped += 1
+            continue
+        out.append({"id": r["id"], "split": r["split"], "input_ids": enc.input_ids, "loss_mask": enc.loss_mask})
+    if not out:
+        raise ValueError(f"tokenize: every one of {len(rows)} rows has no supervised token")
+    write_parquet(OUT, out)
+    lengths = [len(r["input_ids"]) for r in out]
+    sup = [sum(r["loss_mask"]) for r in out]
+    write_json(METRICS, {"rows": len(out), "dropped_no_supervised": dropped, "truncated": truncated,
+                         "tokens": sum(lengths), "supervised_tokens": sum(sup),
+                         "mean_length": round(sum(lengths) / len(lengths), 1)})
+    print(f"tokenize: {len(out)} rows, {sum(lengths)} tokens ({sum(sup)} supervised), dropped {dropped}")
+
+
+if __name__ == "__main__":
+    main(run)

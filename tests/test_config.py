@@ -1,0 +1,70 @@
+import copy
+
+import pytest
+import yaml
+
+from draftline.config import DrafterParams, ParamsError, load_params, parse_params
+from draftline.target import TargetError, choose_layers
+
+from conftest import ROOT
+
+
+@pytest.fixture
+def params():
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def test_default_params_are_valid():
+    p = load_params(ROOT / "params.yaml")
+    assert p.drafter.block_size >= 2
+    assert {s.role for s in p.download.sources} == {"train", "eval"}
+
+
+def test_unknown_key_is_named(params):
+    params["train"]["learning_rate"] = 1e-3
+    with pytest.raises(ParamsError, match=r"unknown key 'train.learning_rate'"):
+        parse_params(params)
+
+
+def test_unknown_section_is_named(params):
+    params["trian"] = {}
+    with pytest.raises(ParamsError, match="unknown key 'trian'"):
+        parse_params(params)
+
+
+@pytest.mark.parametrize("section,key,value,fragment", [
+    ("train", "lr", "fast", "train.lr"),
+    ("train", "num_anchors", -4, "train.num_anchors"),
+    ("regenerate", "max_new_tokens", 0, "regenerate.max_new_tokens"),
+    ("drafter", "block_size", 1, "drafter.block_size"),
+    ("mix", "val_fraction", 1.5, "mix.val_fraction"),
+    ("regenerate", "backend", "ollama", "regenerate.backend"),
+])
+def test_bad_values_name_the_key(params, section, key, value, fragment):
+    bad = copy.deepcopy(params)
+    bad[section][key] = value
+    with pytest.raises(ParamsError, match=fragment.replace(".", r"\.")):
+        parse_params(bad)
+
+
+def test_source_without_path_is_rejected(params):
+    params["download"]["sources"].append({"name": "mine", "kind": "local"})
+    with pytest.raises(ParamsError, match="download.sources.3"):
+        parse_params(params)
+
+
+def test_layer_id_out_of_range_is_named():
+    with pytest.raises(TargetError, match=r"drafter.target_layer_ids: layer 30 out of range"):
+        choose_layers(DrafterParams(num_layers=2, target_layer_ids=[3, 30]), 30)
+
+
+def test_default_layers_follow_zlab():
+    from dflash.model import build_target_layer_ids as ref
+
+    for n, l in [(30, 1), (30, 2), (36, 5), (64, 5)]:
+        assert choose_layers(DrafterParams(num_layers=l), n) == ref(n, l)
+
+
+def test_missing_params_file(tmp_path):
+    with pytest.raises(ParamsError, match="file not found"):
+        load_params(tmp_path / "nope.yaml")

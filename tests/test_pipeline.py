@@ -1,0 +1,102 @@
+"""The real pipeline: `dvc repro` in a temporary git repo on smoke-sized params."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+STAGES = ["target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"]
+
+
+def _run(cmd, cwd, check=True):
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", DVC_NO_ANALYTICS="1",
+               DRAFTLINE_NO_PROGRESS="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, shell=isinstance(cmd, str))
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def _ran(out: str) -> set[str]:
+    return set(re.findall(r"Running stage '(\w+)'", out))
+
+
+def _set(repo, section, key, value):
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p.setdefault(section, {})[key] = value
+    (repo / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("pipeline")
+    for d in ["stages", "src", "data/seed"]:
+        shutil.copytree(ROOT / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    shutil.copy(ROOT / "tests" / "smoke_params.yaml", repo / "params.yaml")
+    _run("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
+    # Stages import draftline from the copy under test, not the installed checkout.
+    os.environ["PYTHONPATH"] = f"{repo / 'src'}:{repo}"
+    first = _run("dvc repro", repo)
+    yield repo, first
+    os.environ.pop("PYTHONPATH", None)
+
+
+def test_full_run_produces_every_output(repo):
+    repo, first = repo
+    assert _ran(first.stdout) == set(STAGES)
+    for f in ["data/target/model/model.safetensors", "data/target/info.json", "data/raw/prompts.parquet",
+              "data/mix/train.parquet", "data/mix/eval.parquet", "data/regen/answers.parquet",
+              "data/tokens/train.parquet", "data/hidden/index.json", "data/drafter/config.json",
+              "data/drafter/model.safetensors", "data/bench/results.parquet", "dvc.lock",
+              "data/plots/mix.tsv", "data/plots/train_steps.tsv", "data/plots/acceptance.tsv"]:
+        assert (repo / f).exists(), f
+    assert not (repo / "data/regen/work").exists()  # resume shards are cleared when done
+    info = json.loads((repo / "data/target/info.json").read_text())
+    assert info["num_hidden_layers"] == 30 and info["target_layer_ids"] == [15]
+    index = json.loads((repo / "data/hidden/index.json").read_text())
+    assert len(index["shards"]) >= 2  # shard_tokens=1000 forces several shards
+    bench = json.loads((repo / "data/metrics/benchmark.json").read_text())
+    assert bench["mismatches"] == 0 and bench["prompts"] == 2 and bench["tau"] >= 1.0
+    metrics = _run("dvc metrics show --json", repo).stdout
+    assert "tau" in metrics and "train_loss" in metrics
+    assert _run("dvc status", repo).stdout.strip().endswith("Data and pipelines are up to date.")
+
+
+def test_changing_train_lr_reruns_only_train_and_benchmark(repo):
+    repo, _ = repo
+    _set(repo, "train", "lr", 0.002)
+    out = _run("dvc repro", repo).stdout
+    assert _ran(out) == {"train", "benchmark"}
+
+
+def test_changing_regenerate_reruns_from_regenerate_on(repo):
+    repo, _ = repo
+    _set(repo, "regenerate", "max_new_tokens", 20)
+    out = _run("dvc repro", repo).stdout
+    assert _ran(out) == {"regenerate", "tokenize", "extract", "train", "benchmark"}
+
+
+def test_unknown_key_stops_the_stage_with_its_name(repo):
+    repo, _ = repo
+    _set(repo, "train", "learning_rate", 0.1)
+    p = _run("dvc repro", repo, check=False)
+    assert p.returncode != 0
+    assert "unknown key 'train.learning_rate'" in p.stderr + p.stdout
+    # nothing was lost: the last good drafter is still in the DVC cache
+    p2 = yaml.safe_load((repo / "params.yaml").read_text())
+    del p2["train"]["learning_rate"]
+    (repo / "params.yaml").write_text(yaml.safe_dump(p2, sort_keys=False))
+    _run("dvc checkout data/drafter", repo)
+    assert (repo / "data/drafter/model.safetensors").exists()

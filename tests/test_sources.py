@@ -1,0 +1,57 @@
+import json
+
+import pytest
+
+from draftline.config import SourceParams
+from draftline.sources import SourceError, load_source
+
+
+def test_benchmarks_ship_in_packages():
+    he, rep = load_source(SourceParams(name="humaneval", kind="humaneval", role="eval"))
+    mt, _ = load_source(SourceParams(name="mtbench", kind="mtbench", role="eval"))
+    assert len(he) == 164 and rep.rows_kept == 164
+    assert len(mt) == 80
+    assert all(len(r["messages"]) == 2 for r in mt)  # MT-Bench: two user turns
+    assert {r["role"] for r in he + mt} == {"eval"}
+
+
+def test_local_jsonl_maps_schema_and_skips_bad_rows(tmp_path):
+    f = tmp_path / "p.jsonl"
+    rows = [
+        {"category": "chat", "messages": [{"role": "user", "content": "Hi there"}]},
+        {"category": "chat", "messages": [{"role": "assistant", "content": "no user turn"}]},
+        {"category": "math", "prompt": "What is 2+2?"},
+        {"messages": [{"role": "user", "content": "no category"}]},
+        {"category": "chat", "conversations": []},
+    ]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n{not json\n")
+    got, rep = load_source(SourceParams(name="mine", kind="local", path=str(f)))
+    assert [r["category"] for r in got] == ["chat", "math"]
+    assert got[1]["messages"] == [{"role": "user", "content": "What is 2+2?"}]
+    assert rep.rows_read == 6 and rep.rows_kept == 2
+    assert rep.skipped["no user message"] == 1
+    assert sum(rep.skipped.values()) == 4
+    assert (2, "no user message") in rep.examples  # row numbers point into the file
+
+
+def test_assistant_turns_are_dropped(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps({"category": "chat", "conversations": [
+        {"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}, {"from": "human", "value": "c"}]}))
+    got, _ = load_source(SourceParams(name="sg", kind="local", path=str(f), messages_field="conversations"))
+    assert got[0]["messages"] == [{"role": "user", "content": "a"}, {"role": "user", "content": "c"}]
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(SourceError, match="source file not found: .*missing.jsonl"):
+        load_source(SourceParams(name="x", kind="local", path=str(tmp_path / "missing.jsonl")))
+
+
+def test_parquet_and_max_rows(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "p.parquet"
+    pq.write_table(pa.Table.from_pylist([{"prompt": f"q{i}", "category": "chat"} for i in range(10)]), f)
+    got, _ = load_source(SourceParams(name="pq", kind="local", path=str(f), max_rows=3))
+    assert len(got) == 3
