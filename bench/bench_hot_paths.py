@@ -1,9 +1,10 @@
 """Profile the two hot paths whose shape the pipeline depends on, each against its
 naive alternative in the same process (ratios, not absolute times).
 
-1. The drafter loss: the target's 49K-row LM head on the supervised slots, gathered into
-   one contiguous [N, H] matrix (what draftline.drafter.loss does) versus applied to a
-   strided [b, A, B-1, H] view of the block outputs.
+1. The drafter loss: the target's 49K-row LM head on the supervised slots. Three ways in
+   one run: applied to a strided [b, A, B-1, H] view of the block outputs; to the same
+   rows made one contiguous [N, H] matrix; and draftline's fused chunked head+loss
+   (draftline.drafter.loss), in fp32 and in bf16.
 2. Extraction: the base model only (what draftline.extract does) versus the full causal
    LM, which also computes logits that extraction would throw away.
 
@@ -50,7 +51,18 @@ def lm_head(model):
         loss = F.cross_entropy(F.linear(rows, w), labels.flatten())
         loss.backward()
 
-    return timed(strided), timed(contiguous)
+    from draftline.drafter.loss import _FusedHeadLoss
+
+    wts = torch.ones(b * A * (B - 1))
+
+    def fused(dtype):
+        def run():
+            rows = hidden.view(b, A, B, H)[:, :, 1:, :].reshape(-1, H).contiguous()
+            loss, _ = _FusedHeadLoss.apply(rows, w, labels.flatten(), wts, None, "ce", 1.0, dtype)
+            loss.backward()
+        return run
+
+    return timed(strided), timed(contiguous), timed(fused(torch.float32)), timed(fused(torch.bfloat16))
 
 
 @torch.inference_mode()
@@ -69,9 +81,10 @@ def extraction(model):
 def main():
     torch.set_num_threads(torch.get_num_threads())
     model = load_model(Path("data/target/model"))
-    s, c = lm_head(model)
-    print(f"LM-head loss fwd+bwd, 3584 slots: strided {s * 1e3:.0f} ms, contiguous {c * 1e3:.0f} ms, "
-          f"ratio {s / c:.2f}x")
+    s, c, f32, bf16 = lm_head(model)
+    print(f"LM-head loss fwd+bwd, 3584 slots: strided {s * 1e3:.0f} ms, contiguous {c * 1e3:.0f} ms "
+          f"(strided/contiguous {s / c:.2f}x); fused fp32 {f32 * 1e3:.0f} ms ({c / f32:.2f}x faster than "
+          f"contiguous), fused bf16 {bf16 * 1e3:.0f} ms ({c / bf16:.2f}x)")
     f, b = extraction(model)
     print(f"extraction of 8x256 tokens: with logits {f * 1e3:.0f} ms, base only {b * 1e3:.0f} ms, "
           f"ratio {f / b:.2f}x")

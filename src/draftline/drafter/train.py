@@ -74,8 +74,9 @@ class Step:
             final_flat = torch.zeros(len(seqs) * L, seqs[0].final.shape[-1])
             for i, s in enumerate(seqs):
                 final_flat[i * L : i * L + s.final.shape[0]] = s.final
-        return block_loss(hidden, batch, self.lm_head_w, final_flat, self.dp.block_size,
-                          self.tp.loss, self.tp.kl_temperature)
+        return block_loss(hidden.float(), batch, self.lm_head_w, final_flat, self.dp.block_size,
+                          self.tp.loss, self.tp.kl_temperature,
+                          torch.bfloat16 if self.bf16 else torch.float32)
 
 
 def evaluate(step_fn: Step, seqs, batch_size: int, seed: int) -> dict:
@@ -125,12 +126,12 @@ def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, 
             opt.step()
             acc = (st["correct_by_pos"] / st["count_by_pos"].clamp_min(1)).tolist()
             step += 1
-            row = {"step": step, "epoch": epoch, "loss": float(loss), "lr": lr, "grad_norm": float(gnorm),
+            row = {"step": step, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": gnorm.item(),
                    "slots": st["slots"], "seconds": round(time.perf_counter() - t0, 2)}
             row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
             log.steps.append(row)
             pb.update(1)
-            pb.set_postfix(loss=f"{float(loss):.3f}", acc1=f"{acc[0]:.2f}")
+            pb.set_postfix(loss=f"{row['loss']:.3f}", acc1=f"{acc[0]:.2f}")
             if val_seqs and (step % tp.eval_every == 0 or step == total):
                 ev = evaluate(step_fn, val_seqs, tp.batch_size, tp.seed)
                 log.evals.append({"step": step, **ev})
