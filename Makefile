@@ -38,8 +38,9 @@ plots: $(STAMP)
 	@echo "open data/plots/html/index.html"
 
 # The default remote is a plain folder beside the repo; point REMOTE at s3://... etc.
+# Written to .dvc/config.local: a machine-specific path (or credentials) never enters git.
 remote: $(STAMP)
-	dvc remote add -f -d local $(REMOTE)
+	dvc remote add --local -f -d local $(REMOTE)
 
 push: remote
 	dvc push --run-cache

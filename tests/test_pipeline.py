@@ -78,6 +78,23 @@ def test_full_run_produces_every_output(repo):
     assert _run("dvc status", repo).stdout.strip().endswith("Data and pipelines are up to date.")
 
 
+def test_masked_tokens_decode_to_the_regenerated_answers(repo):
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    repo, _ = repo
+    tok = AutoTokenizer.from_pretrained(repo / "data/target/model")
+    answers = {r["id"]: r for r in pq.read_table(repo / "data/regen/answers.parquet").to_pylist()}
+    tokens = pq.read_table(repo / "data/tokens/train.parquet").to_pylist()
+    assert len(tokens) == len(answers)
+    for row in tokens:
+        a = answers[row["id"]]
+        masked = [t for t, m in zip(row["input_ids"], row["loss_mask"]) if m]
+        want = "".join(m["content"] + ("<|im_end|>" if fr == "stop" else "")
+                       for m, fr in zip([m for m in a["messages"] if m["role"] == "assistant"], a["finish_reason"]))
+        assert tok.decode(masked) == want, row["id"]
+
+
 def test_changing_train_lr_reruns_only_train_and_benchmark(repo):
     repo, _ = repo
     _set(repo, "train", "lr", 0.002)

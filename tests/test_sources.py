@@ -55,3 +55,22 @@ def test_parquet_and_max_rows(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"prompt": f"q{i}", "category": "chat"} for i in range(10)]), f)
     got, _ = load_source(SourceParams(name="pq", kind="local", path=str(f), max_rows=3))
     assert len(got) == 3
+
+
+def test_hf_kind_streams_a_dataset_folder(tmp_path):
+    # A dataset folder in the hub layout, read by `datasets` exactly as a hub id would be.
+    d = tmp_path / "ds" / "data"
+    d.mkdir(parents=True)
+    (d / "train-00000.jsonl").write_text("\n".join(json.dumps(
+        {"conversations": [{"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": "answer"}],
+         "category": "chat"}) for i in range(5)))
+    src = SourceParams(name="sharegpt", kind="hf", path=str(tmp_path / "ds"), split="train",
+                       messages_field="conversations", max_rows=4)
+    got, rep = load_source(src)
+    assert len(got) == 4 and got[0]["messages"] == [{"role": "user", "content": "question 0"}]
+
+
+def test_hf_kind_unknown_dataset_is_named(tmp_path):
+    src = SourceParams(name="nope", kind="hf", path=str(tmp_path / "missing-dataset"))
+    with pytest.raises(SourceError, match="source 'nope': cannot open dataset"):
+        load_source(src)

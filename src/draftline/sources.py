@@ -82,11 +82,13 @@ def _read_local(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _read_hf(src: SourceParams) -> Iterator[tuple[int, Any]]:
+    import datasets  # imported here: only hub sources pay its import time
+
     try:
-        import datasets  # optional extra: only a hub source needs it
-    except ImportError:
-        raise SourceError(f"source '{src.name}': kind hf needs the `datasets` package (pip install -e .[hf])") from None
-    ds = datasets.load_dataset(src.path, split=src.split, revision=src.revision, streaming=True)
+        ds = datasets.load_dataset(src.path, split=src.split, revision=src.revision, streaming=True)
+    except Exception as err:  # offline, unknown id, bad split: name the source and the dataset
+        raise SourceError(f"source '{src.name}': cannot open dataset {src.path!r} split {src.split!r} "
+                          f"revision {src.revision!r}: {err}") from None
     for i, row in enumerate(ds, start=1):
         yield i, row
 

@@ -1,0 +1,54 @@
+"""Cross-check the benchmark stage against z-lab's reference decoder on the trained drafter.
+
+Runs `dflash.model.dflash_generate` (the official implementation) with data/drafter and the
+target on the same prompts the benchmark stage used, and compares its tau and outputs with
+draftline's own loop. Prints both tau values and their difference.
+
+    .venv/bin/python bench/reference_tau.py      # after `make all`
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+warnings.simplefilter("ignore", FutureWarning)
+
+import dflash.model as zlab  # noqa: E402
+
+from draftline.benchmark import encode_prompt, select_prompts  # noqa: E402
+from draftline.config import load_params  # noqa: E402
+from draftline.drafter.model import load_drafter  # noqa: E402
+from draftline.io import read_parquet  # noqa: E402
+from draftline.speculative import speculative, tau  # noqa: E402
+from draftline.target import TargetInfo, load_model, load_tokenizer  # noqa: E402
+
+
+def main() -> None:
+    zlab._cuda_time = time.perf_counter  # return_stats synchronises CUDA; time on the CPU instead
+    bp = load_params().benchmark
+    info = TargetInfo.load("data/target/info.json")
+    target = load_model("data/target/model", info.dtype)
+    tok = load_tokenizer("data/target/model")
+    drafter = load_drafter("data/drafter")
+    prompts = select_prompts(read_parquet("data/mix/eval.parquet"), bp.prompts_per_source)
+    ours, theirs, same = [], [], 0
+    for p in prompts:
+        ids = encode_prompt(tok, p["messages"])
+        mine = speculative(drafter, target, ids, bp.max_new_tokens, info.eos_token_ids)
+        ref = zlab.dflash_generate(drafter, target, ids, bp.max_new_tokens, info.eos_token_ids, return_stats=True)
+        ours.append(mine.acceptance_lengths)
+        theirs.append(ref.acceptance_lengths)
+        same += ref.output_ids[0, ids.shape[1]:].tolist() == mine.tokens
+    print(f"prompts {len(prompts)}; identical outputs {same}/{len(prompts)}")
+    print(f"tau draftline {tau(ours):.4f}  dflash_generate {tau(theirs):.4f}  |diff| {abs(tau(ours) - tau(theirs)):.4f}")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    main()
