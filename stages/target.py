@@ -14,7 +14,6 @@ INFO = Path("data/target/info.json")
 
 
 def run(params) -> None:
-    # Validate the layer choice against the config before the (slow) conversion when we can.
     prov = tgt.materialize(params.target, MODEL)
     info = tgt.describe(MODEL, params.target, params.drafter, prov)
     tgt.write_info(INFO, info)

@@ -67,9 +67,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     cfg.pop("_name_or_path", None)
     cfg.pop("_model_name_or_path", None)
     config = type(quant.config).from_dict(cfg)
-    from transformers import AutoModelForCausalLM as Auto
-
-    plain = Auto.from_config(config, dtype=torch.float32)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quant.state_dict(), strict=True)
     plain.save_pretrained(out)
     tok.save_pretrained(out)
