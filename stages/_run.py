@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Callable
 
@@ -11,7 +12,14 @@ import torch
 from draftline.config import Params, ParamsError, load_params
 
 
+def _terminate(signum, frame):
+    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C: finally blocks stop launched
+    # servers and remove temp files; finished shards stay for the rerun.
+    raise SystemExit(128 + signum)
+
+
 def main(stage: Callable[[Params], None], params_path: str = "params.yaml") -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         params = load_params(os.environ.get("DRAFTLINE_PARAMS", params_path))
         threads = os.environ.get("DRAFTLINE_THREADS")

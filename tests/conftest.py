@@ -46,3 +46,16 @@ def target_model(target_dir):
     from draftline.target import load_model
 
     return load_model(target_dir)
+
+
+@pytest.fixture(scope="session")
+def llama_servers():
+    """Two llama.cpp servers on loopback, each serving the embedded SmolLM2 GGUF."""
+    from llama_server import LlamaServer
+
+    servers = [LlamaServer(), LlamaServer()]
+    try:
+        yield [s.wait() for s in servers]
+    finally:
+        for s in servers:
+            s.stop()

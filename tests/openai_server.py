@@ -1,7 +1,9 @@
 """A minimal OpenAI-compatible chat server on loopback, answering with the real target.
 
 Test-only: it stands in for vLLM/SGLang/llama.cpp, which do not run here. `fail_first`
-makes the first N requests answer HTTP 500, to exercise retries.
+makes the first N requests answer HTTP 500, to exercise retries; `think` makes it answer
+the way a reasoning target does through vLLM: "field" puts reasoning in
+`reasoning_content` (a reasoning parser), "tags" inlines it in <think> tags (no parser).
 """
 
 from __future__ import annotations
@@ -15,23 +17,37 @@ from draftline.regenerate.hf_backend import HFBackend
 
 
 class ChatServer:
-    def __init__(self, model, tokenizer, fail_first: int = 0, served_name: str = "smollm2"):
+    def __init__(self, model, tokenizer, fail_first: int = 0, served_name: str = "smollm2", think: str | None = None):
         self.model, self.tok = model, tokenizer
         self.fail_left = fail_first
         self.requests = 0
         self.auth_headers: list[str | None] = []
         self.lock = threading.Lock()
         self.served_name = served_name
+        self.think = think
+        self.bodies: list[dict] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
 
+            def _send(self, out: dict):
+                data = json.dumps(out).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send({"object": "list", "data": [{"id": server.served_name, "object": "model"}]})
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     server.requests += 1
+                    server.bodies.append(body)
                     server.auth_headers.append(self.headers.get("Authorization"))
                     fail = server.fail_left > 0
                     server.fail_left -= fail
@@ -45,15 +61,14 @@ class ChatServer:
                     self.end_headers()
                     self.wfile.write(b'{"error": "injected"}')
                     return
-                out = {"model": server.served_name, "choices": [{"index": 0, "finish_reason": a.finish_reason,
-                       "message": {"role": "assistant", "content": a.text}}],
-                       "usage": {"prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens}}
-                data = json.dumps(out).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                msg = {"role": "assistant", "content": a.text}
+                if server.think == "field":
+                    msg["reasoning_content"] = "Reasoning: " + a.text
+                elif server.think == "tags":
+                    msg["content"] = f"<think>\nReasoning: {a.text}\n</think>\n\n{a.text}"
+                self._send({"model": server.served_name, "choices": [{"index": 0, "finish_reason": a.finish_reason,
+                            "message": msg}],
+                            "usage": {"prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens}})
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

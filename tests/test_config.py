@@ -39,6 +39,8 @@ def test_unknown_section_is_named(params):
     ("drafter", "block_size", 1, "drafter.block_size"),
     ("mix", "val_fraction", 1.5, "mix.val_fraction"),
     ("regenerate", "backend", "ollama", "regenerate.backend"),
+    ("regenerate", "thinking", "maybe", "regenerate.thinking"),
+    ("regenerate", "max_error_rate", 1.5, "regenerate.max_error_rate"),
 ])
 def test_bad_values_name_the_key(params, section, key, value, fragment):
     bad = copy.deepcopy(params)
@@ -68,3 +70,17 @@ def test_default_layers_follow_zlab():
 def test_missing_params_file(tmp_path):
     with pytest.raises(ParamsError, match="file not found"):
         load_params(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("urls", ["gpu-node:8000/v1"], "regenerate.openai.urls.0"),
+    ("urls", [], "regenerate.openai.urls"),
+    ("urls", ["http://a/v1", "http://a/v1"], "the same endpoint is listed twice"),
+    ("max_in_flight", 0, "regenerate.openai.max_in_flight"),
+    ("api_key", "sk-123", "unknown key 'regenerate.openai.api_key'"),  # keys never go in params
+])
+def test_bad_openai_values_name_the_key(params, key, value, fragment):
+    bad = copy.deepcopy(params)
+    bad["regenerate"]["openai"][key] = value
+    with pytest.raises(ParamsError, match=fragment.replace(".", r"\.")):
+        parse_params(bad)

@@ -8,7 +8,7 @@ section(s), which are the keys dvc.yaml lists for it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -108,15 +108,43 @@ class MixParams(Section):
 
 
 class OpenAIParams(Section):
-    url: str = "http://127.0.0.1:8000/v1"
-    model: str = "default"
+    # One or many OpenAI-compatible servers (vLLM, SGLang, llama.cpp) serving the same
+    # target; requests go to the one with the fewest outstanding requests.
+    urls: list[Annotated[str, Field(pattern=r"^https?://")]] = Field(
+        default_factory=lambda: ["http://127.0.0.1:8000/v1"], min_length=1)
+    # Served model name; null = the one model the endpoints list under /v1/models.
+    model: str | None = None
     # Name of the environment variable holding the API key; the key itself never
     # appears in params, logs or artifacts.
     api_key_env: str | None = None
-    concurrency: PositiveInt = 8
-    timeout_s: PositiveFloat = 120.0
-    max_retries: NonNegInt = 3
-    backoff_s: PositiveFloat = 0.5
+    # Requests in flight per endpoint: enough to fill the server's batch (vLLM's
+    # max_num_seqs, SGLang's max_running_requests), not so many that they queue for minutes.
+    max_in_flight: PositiveInt = 64
+    # Whole-request timeout (a long answer at low throughput takes minutes) and connect timeout.
+    timeout_s: PositiveFloat = 600.0
+    connect_timeout_s: PositiveFloat = 10.0
+    # Retries per request for timeouts, resets, 429/5xx and malformed answers.
+    max_retries: NonNegInt = 5
+    backoff_s: PositiveFloat = 1.0
+    backoff_max_s: PositiveFloat = 60.0
+    # How long every endpoint may take to answer its health check before the stage gives
+    # up naming it; with `launch`, this covers loading the model.
+    startup_timeout_s: PositiveFloat = 30.0
+    # Commands that start the servers (e.g. a `vllm serve ...` line per GPU); started
+    # before the run, stopped after it, also on failure. ${VAR} expands from the
+    # environment, so a key can reach the server without entering params.
+    launch: list[Annotated[str, Field(min_length=1)]] = []
+    # Message fields that carry reasoning, first non-empty wins (vLLM >= 0.10 says
+    # `reasoning`, SGLang and older vLLM `reasoning_content`).
+    reasoning_fields: list[str] = ["reasoning_content", "reasoning"]
+    # Extra request fields the server understands (top_k, min_p, repetition_penalty...).
+    extra_body: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _unique_urls(self) -> "OpenAIParams":
+        if len(set(self.urls)) != len(self.urls):
+            raise ValueError("urls: the same endpoint is listed twice")
+        return self
 
 
 class RegenerateParams(Section):
@@ -125,11 +153,39 @@ class RegenerateParams(Section):
     temperature: Annotated[float, Field(ge=0)] = 0.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     seed: int = 0
+    # Answers per prompt; each is its own row (sample index in the key). More samples of
+    # the same prompts is a cheap way to more training tokens; needs temperature > 0.
+    samples_per_prompt: PositiveInt = 1
+    # Thinking mode of a reasoning target: passed as chat_template_kwargs
+    # {<thinking_kwarg>: true/false}; "default" sends nothing and lets the template decide.
+    thinking: Literal["default", "on", "off"] = "default"
+    # Template variable that switches thinking: Qwen3 `enable_thinking`, Kimi K2.5 `thinking`.
+    thinking_kwarg: str = "enable_thinking"
+    # Any other chat-template variables, sent as chat_template_kwargs.
+    chat_template_kwargs: dict[str, Any] = {}
+    # Rows whose answer hit max_new_tokens are kept (and counted); true drops them.
+    drop_truncated: bool = False
+    # The stage fails when more than this share of rows still fail after retries.
+    max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
     # hf backend: prompts per generate() call.
     batch_size: PositiveInt = 32
-    # Rows per resume shard: an interrupted run loses at most this many answers.
+    # Rows per resume shard: an interrupted run loses at most this many answers
+    # (openai: or `flush_s` seconds of them).
     shard_rows: PositiveInt = 64
+    flush_s: PositiveFloat = 60.0
     openai: OpenAIParams = OpenAIParams()
+
+    @model_validator(mode="after")
+    def _samples_need_sampling(self) -> "RegenerateParams":
+        if self.samples_per_prompt > 1 and self.temperature == 0:
+            raise ValueError("samples_per_prompt > 1 needs temperature > 0 (greedy samples are identical)")
+        return self
+
+    def template_kwargs(self) -> dict[str, Any]:
+        kw = dict(self.chat_template_kwargs)
+        if self.thinking != "default":
+            kw[self.thinking_kwarg] = self.thinking == "on"
+        return kw
 
 
 class TokenizeParams(Section):

@@ -22,7 +22,9 @@ class HFBackend:
     def _encode(self, conversations: list[list[dict]]) -> list[list[int]]:
         out = []
         for conv in conversations:
-            ids = self.tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
+            # Template variables (thinking on/off) reach the template as they would on a server.
+            ids = self.tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True,
+                                               **self.params.template_kwargs())
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
             out.append(list(ids))
@@ -57,5 +59,5 @@ class HFBackend:
             answers.append(Answer(text=text, reasoning=reasoning,
                                   finish_reason="length" if stop is None else "stop",
                                   prompt_tokens=len(e), completion_tokens=len(toks) + (stop is not None),
-                                  served_model=self.served_model))
+                                  served_model=self.served_model, endpoint="local"))
         return answers

@@ -1,47 +1,48 @@
-"""Drive a backend over all prompts: chunked, turn by turn, resumable.
+"""Drive a backend over all prompts: resumable, turn by turn, errors kept per row.
 
-The caller writes the final file and only then clears the shards, so a kill at any point
-leaves either the shards or the finished file.
+`regenerate` is the same for every backend: key every (prompt, sample), load what earlier
+runs finished under the same key, hand the rest to the backend's driver, write finished
+rows to shards as they come. The caller writes the final files and only then clears the
+shards, so a kill at any point leaves either the shards or the finished files.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import RegenerateParams
 from ..progress import bar
 from .answer import Answer
-from .store import ShardStore, row_key
+from .jobs import Job, empty_turn, error_row, make_jobs, make_row, settings_of
+from .store import ShardStore
 
 
-def settings_of(p: RegenerateParams) -> dict:
-    """The settings that change an answer (and so belong in the row key)."""
-    s = {"backend": p.backend, "max_new_tokens": p.max_new_tokens, "temperature": p.temperature,
-         "top_p": p.top_p, "seed": p.seed}
-    if p.backend == "openai":
-        s["model"] = p.openai.model
-    return s
+def next_turns(prompts: list[list[dict]], convs: list[list[dict]], cursor: list[int]) -> list[int]:
+    """Move system turns and the next user turn of each prompt into its conversation;
+    the indices of conversations that now wait for an answer."""
+    active = []
+    for i, msgs in enumerate(prompts):
+        j = cursor[i]
+        while j < len(msgs) and msgs[j]["role"] != "user":
+            convs[i].append(msgs[j])
+            j += 1
+        if j < len(msgs):
+            convs[i].append(msgs[j])
+            j += 1
+            active.append(i)
+        cursor[i] = j
+    return active
 
 
 def converse(backend, prompts: list[list[dict]], seed: int) -> list[tuple[list[dict], list[Answer]]]:
-    """Answer each conversation one user turn at a time, feeding back the target's own
-    previous answers: the history the target sees at inference, not someone else's."""
+    """Answer a batch of conversations one user turn at a time, feeding back the target's
+    own previous answers: the history the target sees at inference, not someone else's."""
     convs: list[list[dict]] = [[] for _ in prompts]
     answers: list[list[Answer]] = [[] for _ in prompts]
     cursor = [0] * len(prompts)
-    while True:
-        active = []
-        for i, msgs in enumerate(prompts):
-            j = cursor[i]
-            # Move system turns and the next user turn into the conversation.
-            while j < len(msgs) and msgs[j]["role"] != "user":
-                convs[i].append(msgs[j]); j += 1
-            if j < len(msgs):
-                convs[i].append(msgs[j]); cursor[i] = j + 1
-                active.append(i)
-        if not active:
-            break
+    while active := next_turns(prompts, convs, cursor):
         got = backend.generate([convs[i] for i in active], seed)
         for i, a in zip(active, got):
             convs[i].append({"role": "assistant", "content": a.text})
@@ -49,45 +50,122 @@ def converse(backend, prompts: list[list[dict]], seed: int) -> list[tuple[list[d
     return list(zip(convs, answers))
 
 
-def regenerate(rows: list[dict], backend, params: RegenerateParams, target_fp: str, work: Path,
-               batch_size: int) -> tuple[list[dict], dict]:
-    settings = settings_of(params)
-    keyed = [(row_key(r["messages"], 0, settings, target_fp), r) for r in rows]
-    store = ShardStore(work)
-    done = store.load({k for k, _ in keyed})
-    todo = [(k, r) for k, r in keyed if k not in done]
-    # Similar lengths together: less padding per batch.
-    todo.sort(key=lambda kr: sum(len(m["content"]) for m in kr[1]["messages"]))
-    pb = bar(len(keyed), "regenerate", unit="row")
-    pb.update(len(done))
-    t0, new_tokens = time.perf_counter(), 0
-    for start in range(0, len(todo), params.shard_rows):
-        chunk = todo[start : start + params.shard_rows]
-        out_rows = []
-        for b in range(0, len(chunk), batch_size):
-            part = chunk[b : b + batch_size]
-            results = converse(backend, [r["messages"] for _, r in part], params.seed + start + b)
-            for (k, r), (conv, answers) in zip(part, results):
-                last = answers[-1]
-                out_rows.append({
-                    "key": k, "id": r["id"], "source": r["source"], "category": r["category"],
-                    "split": r["split"], "sample": 0, "messages": conv,
-                    "completion": last.text, "reasoning": [a.reasoning for a in answers],
-                    "finish_reason": [a.finish_reason for a in answers],
-                    "prompt_tokens": sum(a.prompt_tokens for a in answers),
-                    "completion_tokens": sum(a.completion_tokens for a in answers),
-                    "served_model": last.served_model, **{f"gen_{k2}": v for k2, v in settings.items()},
-                })
-                new_tokens += out_rows[-1]["completion_tokens"]
-            pb.update(len(part))
-            pb.set_postfix(tok_s=f"{new_tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
-        store.append(out_rows)
-        for row in out_rows:
-            done[row["key"]] = row
-    pb.close()
-    elapsed = time.perf_counter() - t0
-    final = [done[k] for k, _ in keyed]
-    stats = {"rows_resumed": len(keyed) - len(todo), "rows_generated": len(todo),
-             "generated_tokens": new_tokens, "generate_seconds": round(elapsed, 2),
-             "tokens_per_second": round(new_tokens / elapsed, 2) if elapsed > 0 and todo else None}
-    return final, stats
+@dataclass
+class Writer:
+    """Collects finished rows into shards of `shard_rows`, or every `flush_s` seconds."""
+
+    store: ShardStore
+    done: dict[str, dict]
+    shard_rows: int
+    flush_s: float
+    pb: object
+    in_flight: object = None  # callable -> int, for the progress bar
+    errors: list[dict] = field(default_factory=list)
+    tokens: int = 0
+    rows: int = 0
+    _buf: list[dict] = field(default_factory=list)
+    _t0: float = field(default_factory=time.perf_counter)
+    _last_flush: float = field(default_factory=time.monotonic)
+    _last_post: float = 0.0
+
+    def add(self, row: dict) -> None:
+        self._buf.append(row)
+        self.tokens += row["completion_tokens"]
+        self.rows += 1
+        self.pb.update(1)
+        if len(self._buf) >= self.shard_rows or time.monotonic() - self._last_flush > self.flush_s:
+            self.flush()
+        self._postfix()
+
+    def fail(self, err: dict) -> None:
+        self.errors.append(err)
+        self.pb.update(1)
+        self._postfix()
+
+    def _postfix(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_post > 0.5:
+            self._last_post = now
+            post = {"tok_s": f"{self.tokens / max(time.perf_counter() - self._t0, 1e-9):.0f}",
+                    "errors": len(self.errors)}
+            if self.in_flight is not None:
+                post["in_flight"] = self.in_flight()
+            self.pb.set_postfix(post, refresh=False)
+
+    def flush(self) -> None:
+        self.store.append(self._buf)
+        for row in self._buf:
+            self.done[row["key"]] = row
+        self._buf = []
+        self._last_flush = time.monotonic()
+
+
+class HFDriver:
+    """In-process transformers generation, batched by prompt length."""
+
+    model = None
+
+    def __init__(self, backend, batch_size: int):
+        self.backend, self.batch_size = backend, batch_size
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def run(self, todo: list[Job], settings: dict, w: Writer) -> dict:
+        # Similar lengths together: less padding per batch.
+        todo = sorted(todo, key=lambda j: sum(len(m["content"]) for m in j.row["messages"]))
+        calls = 0
+        for b in range(0, len(todo), self.batch_size):
+            part = todo[b : b + self.batch_size]
+            for job, (conv, answers) in zip(part, converse(self.backend, [j.row["messages"] for j in part],
+                                                           part[0].seed)):
+                calls += len(answers)
+                w.add(make_row(job, conv, answers, settings))
+        return {"requests": calls}
+
+
+@dataclass
+class Outcome:
+    rows: list[dict]  # every finished row, in prompt order
+    errors: list[dict]
+    stats: dict
+
+
+def regenerate(rows: list[dict], driver, params: RegenerateParams, target_fp: str, work: Path,
+               finished: list[Path] = ()) -> Outcome:
+    with driver:
+        settings = settings_of(params, driver.model)
+        jobs = make_jobs(rows, params, settings, target_fp)
+        store = ShardStore(work)
+        done = store.load({j.key for j in jobs}, list(finished))
+        resumed = len(done)
+        pb = bar(len(jobs), "regenerate", unit="row")
+        pb.update(resumed)
+        w = Writer(store, done, params.shard_rows, params.flush_s, pb,
+                   in_flight=getattr(driver, "in_flight", None))
+        todo = []
+        for j in jobs:
+            if j.key in done:
+                continue
+            if (t := empty_turn(j.row["messages"])) is not None:
+                w.fail(error_row(j, "empty_prompt", f"user turn {t} has no text", 0))
+            else:
+                todo.append(j)
+        t0 = time.perf_counter()
+        try:
+            driver_stats = driver.run(todo, settings, w)
+        finally:
+            w.flush()  # whatever finished before a failure is kept for the rerun
+            w._postfix(force=True)
+            pb.close()
+        elapsed = time.perf_counter() - t0
+    out = [done[j.key] for j in jobs if j.key in done]
+    stats = {"rows_resumed": resumed,
+             "rows_generated": w.rows, "generated_tokens": w.tokens, "generate_seconds": round(elapsed, 2),
+             "tokens_per_second": round(w.tokens / elapsed, 2) if elapsed > 0 and w.rows else None,
+             "rows_per_second": round(w.rows / elapsed, 3) if elapsed > 0 and w.rows else None,
+             **driver_stats}
+    return Outcome(out, w.errors, stats)

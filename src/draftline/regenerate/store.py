@@ -2,15 +2,22 @@
 
 A row's key covers the prompt, the sample index, the generation settings and the target
 fingerprint, so a rerun skips exactly the rows already answered under the same settings
-and never mixes in rows made under other ones.
+and never mixes in rows made under other ones. Shards are written whole (temp file +
+rename) under names never reused, so a kill at any moment leaves only complete shards,
+and a key found twice (a kill between writing the final file and clearing the shards)
+is read once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import uuid
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..io import write_parquet
@@ -36,22 +43,37 @@ class ShardStore:
     def __init__(self, folder: Path):
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
+        self._seq = len(self.shards())
 
-    def load(self, wanted: set[str]) -> dict[str, dict]:
-        """Rows already done whose key is still wanted."""
-        done = {}
-        for f in sorted(self.folder.glob("part-*.parquet")):
-            for row in pq.read_table(f).to_pylist():
-                if row["key"] in wanted:
-                    done[row["key"]] = row
+    def shards(self) -> list[Path]:
+        return sorted(self.folder.glob("part-*.parquet"))
+
+    def load(self, wanted: set[str], finished: list[Path] = ()) -> dict[str, dict]:
+        """Rows already done whose key is still wanted: from shards and from the final
+        files of an earlier completed run (so a rerun after a params change that does not
+        touch generation regenerates nothing)."""
+        done: dict[str, dict] = {}
+        keys = pa.array(sorted(wanted), pa.string())
+        for f in [*finished, *self.shards()]:
+            if not f.exists():
+                continue
+            table = pq.read_table(f)
+            if "key" not in table.column_names:
+                continue
+            for row in table.filter(pc.is_in(table["key"], value_set=keys)).to_pylist():
+                done.setdefault(row["key"], row)
         return done
 
-    def append(self, rows: list[dict]) -> None:
-        n = len(list(self.folder.glob("part-*.parquet")))
-        write_parquet(self.folder / f"part-{n:06d}.parquet", rows)
+    def append(self, rows: list[dict]) -> Path | None:
+        if not rows:
+            return None
+        self._seq += 1
+        path = self.folder / f"part-{self._seq:06d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
+        write_parquet(path, rows)
+        return path
 
     def clear(self) -> None:
-        for f in self.folder.glob("part-*.parquet"):
+        for f in self.shards():
             f.unlink()
         if not any(self.folder.iterdir()):
             self.folder.rmdir()

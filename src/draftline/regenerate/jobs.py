@@ -1,0 +1,66 @@
+"""What regeneration has to do: one job per (prompt, sample), and the row it produces."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..config import RegenerateParams
+from .answer import Answer
+from .store import row_key
+
+
+@dataclass
+class Job:
+    key: str
+    row: dict
+    sample: int
+
+    @property
+    def seed(self) -> int:
+        # A request seed per (prompt, sample, settings): the same on every rerun and
+        # every endpoint, so a resumed run asks exactly what an uninterrupted one would.
+        return int(self.key[:8], 16) & 0x7FFFFFFF
+
+
+def settings_of(p: RegenerateParams, model: str | None = None) -> dict:
+    """The settings that change an answer (and so belong in the row key)."""
+    s = {"backend": p.backend, "max_new_tokens": p.max_new_tokens, "temperature": p.temperature,
+         "top_p": p.top_p, "seed": p.seed, "chat_template_kwargs": p.template_kwargs()}
+    if p.backend == "openai":
+        s["model"] = model
+        s["extra_body"] = dict(p.openai.extra_body)
+    return s
+
+
+def make_jobs(rows: list[dict], p: RegenerateParams, settings: dict, target_fp: str) -> list[Job]:
+    return [Job(row_key(r["messages"], s, settings, target_fp), r, s)
+            for r in rows for s in range(p.samples_per_prompt)]
+
+
+def empty_turn(messages: list[dict]) -> int | None:
+    """Index of the first user turn with no text: not worth a request, recorded as an error."""
+    for i, m in enumerate(messages):
+        if m["role"] == "user" and not str(m.get("content") or "").strip():
+            return i
+    return None
+
+
+def make_row(job: Job, conv: list[dict], answers: list[Answer], settings: dict) -> dict:
+    r, last = job.row, answers[-1]
+    flat = {f"gen_{k}": v for k, v in settings.items() if not isinstance(v, dict)}
+    return {
+        "key": job.key, "id": r["id"], "source": r["source"], "category": r["category"],
+        "split": r["split"], "sample": job.sample, "messages": conv,
+        "completion": last.text, "reasoning": [a.reasoning for a in answers],
+        "finish_reason": [a.finish_reason for a in answers],
+        "prompt_tokens": sum(a.prompt_tokens for a in answers),
+        "completion_tokens": sum(a.completion_tokens for a in answers),
+        "served_model": last.served_model, "endpoint": last.endpoint, "request_seed": job.seed,
+        **flat, "gen_settings": json.dumps(settings, sort_keys=True),
+    }
+
+
+def error_row(job: Job, kind: str, reason: str, attempts: int) -> dict:
+    return {"key": job.key, "id": job.row["id"], "source": job.row["source"], "sample": job.sample,
+            "kind": kind, "reason": reason[:500], "attempts": attempts}
