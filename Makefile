@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv test bench-client metrics diff plots push pull remote clean-venv
+.PHONY: all venv test bench-client bench-dedupe metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml requirements-nodeps.txt
 # crashes on multi-token batches of this Q4_1 model; plain AVX2 kernels are exact and
 # fast enough. No llava: the tests need text only.
 $(TEST_STAMP): $(STAMP)
-	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,servers]"
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,servers,bench]"
 	touch $(TEST_STAMP)
 
 test: $(TEST_STAMP)
@@ -38,6 +38,9 @@ test: $(TEST_STAMP)
 
 bench-client: $(TEST_STAMP)
 	$(BIN)/python bench/bench_client.py
+
+bench-dedupe: $(TEST_STAMP)
+	$(BIN)/python bench/bench_dedupe.py
 
 metrics: $(STAMP)
 	dvc metrics show

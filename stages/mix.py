@@ -1,4 +1,4 @@
-"""Stage `mix`: dedupe, decontaminate, mix by category, split.
+"""Stage `mix`: exact and near-duplicate removal, decontamination, mix by category, split.
 
     python -m stages.mix   # writes data/mix/{train,eval}.parquet, data/metrics/mix.json, data/plots/mix.tsv
 """
@@ -24,8 +24,10 @@ def run(params) -> None:
     train = [r for r in rows if r["role"] == "train"]
     evals = [r for r in rows if r["role"] == "eval"]
     before = Counter(r["category"] for r in train)
+    by_source_before = Counter(r["source"] for r in train)
     train, dup = mx.dedupe(train)
     evals, _ = mx.dedupe(evals)
+    train, near, near_stats = mx.near_dedupe(train, p.near_dedupe, p.seed)
     train, contaminated = mx.decontaminate(train, evals, p.decontaminate_ngram)
     mixed, warnings = mx.mix_by_category(train, p)
     for w in warnings:
@@ -44,7 +46,11 @@ def run(params) -> None:
     cats = sorted(set(before) | set(after))
     write_json(METRICS, {
         "train_before": sum(before.values()), "duplicates_removed": dup,
-        "contaminated_removed": sum(contaminated.values()), "contaminated_by_source": dict(contaminated),
+        "near_duplicates_removed": sum(near.values()), "near_duplicates_by_source": dict(sorted(near.items())),
+        "near_dedupe": near_stats,
+        "contaminated_removed": sum(contaminated.values()), "contaminated_by_source": dict(sorted(contaminated.items())),
+        "by_source_before": dict(sorted(by_source_before.items())),
+        "by_source_after": dict(sorted(Counter(r["source"] for r in mixed).items())),
         "train_after": sum(1 for r in mixed if r["split"] == "train"),
         "val_after": sum(1 for r in mixed if r["split"] == "val"), "eval_prompts": len(evals),
         "by_category_before": {c: before.get(c, 0) for c in cats},
@@ -52,7 +58,8 @@ def run(params) -> None:
     })
     rows_plot = [[c, "before", before.get(c, 0)] for c in cats] + [[c, "after", after.get(c, 0)] for c in cats]
     write_tsv(PLOT, ["category", "stage", "prompts"], rows_plot)
-    print(f"mix: {len(mixed)} prompts ({dup} duplicates, {sum(contaminated.values())} contaminated removed); "
+    print(f"mix: {len(mixed)} prompts ({dup} duplicates, {sum(near.values())} near-duplicates, "
+          f"{sum(contaminated.values())} contaminated removed); "
           f"{len(evals)} eval prompts")
 
 

@@ -41,6 +41,8 @@ def test_unknown_section_is_named(params):
     ("regenerate", "backend", "ollama", "regenerate.backend"),
     ("regenerate", "thinking", "maybe", "regenerate.thinking"),
     ("regenerate", "max_error_rate", 1.5, "regenerate.max_error_rate"),
+    ("mix", "near_dedupe", {"num_perm": 100, "bands": 32}, "mix.near_dedupe"),
+    ("mix", "near_dedupe", {"threshold": 0}, "mix.near_dedupe.threshold"),
 ])
 def test_bad_values_name_the_key(params, section, key, value, fragment):
     bad = copy.deepcopy(params)

@@ -54,3 +54,40 @@ def test_split_is_stable():
     b = mix.split(rows[:200], 0.1, 0)
     assert [r["split"] for r in a[:200]] == [r["split"] for r in b]
     assert 20 < sum(r["split"] == "val" for r in a) < 60
+
+
+def test_near_duplicates_found_with_precision_and_recall():
+    import random as _r
+
+    from draftline.config import NearDedupeParams
+
+    rng = _r.Random(0)
+    vocab = [f"w{i}" for i in range(3000)]
+    originals = [" ".join(rng.choice(vocab) for _ in range(rng.randint(20, 50))) for _ in range(400)]
+    planted = []
+    for i in range(100):
+        words_ = originals[i].split()
+        words_[rng.randrange(len(words_))] = "edited"  # one word changed
+        text = " ".join(words_)
+        planted.append(text.upper() if i % 2 else "  " + text.replace(" ", "\n", 2))  # case/whitespace noise
+    rows = [_row(i, t) for i, t in enumerate(originals)] + [_row(1000 + i, t, source="dup") for i, t in enumerate(planted)]
+    kept, dropped, stats = mix.near_dedupe(rows, NearDedupeParams(), seed=0)
+    removed = {r["id"] for r in rows} - {r["id"] for r in kept}
+    truth = {f"dup-{1000 + i}" for i in range(100)}
+    precision = len(removed & truth) / max(len(removed), 1)
+    recall = len(removed & truth) / len(truth)
+    assert precision == 1.0 and recall >= 0.9, (precision, recall)
+    assert dropped == Counter({"dup": len(removed)})
+    again, _, _ = mix.near_dedupe(rows, NearDedupeParams(), seed=0)
+    assert [r["id"] for r in again] == [r["id"] for r in kept]  # deterministic
+
+
+def test_mix_hits_weights_within_one_percent():
+    rows = [_row(i, f"t{i}", cat) for i, cat in enumerate(["coding"] * 5000 + ["math"] * 4000 + ["chat"] * 3000)]
+    weights = {"coding": 1.2, "math": 1.0, "chat": 0.8}
+    out, warns = mix.mix_by_category(rows, MixParams(category_weights=weights, total=6000, seed=3))
+    got = Counter(r["category"] for r in out)
+    assert not warns and abs(sum(got.values()) - 6000) <= 3
+    for cat, w in weights.items():
+        assert abs(got[cat] / sum(got.values()) - w / sum(weights.values())) < 0.01
+    assert len({r["id"] for r in out}) == len(out)  # without replacement

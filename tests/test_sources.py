@@ -26,11 +26,12 @@ def test_local_jsonl_maps_schema_and_skips_bad_rows(tmp_path):
     ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n{not json\n")
     got, rep = load_source(SourceParams(name="mine", kind="local", path=str(f)))
-    assert [r["category"] for r in got] == ["chat", "math"]
+    # the row without a category gets one by the documented rule
+    assert [r["category"] for r in got] == ["chat", "math", "chat"]
     assert got[1]["messages"] == [{"role": "user", "content": "What is 2+2?"}]
-    assert rep.rows_read == 6 and rep.rows_kept == 2
+    assert rep.rows_read == 6 and rep.rows_kept == 3
     assert rep.skipped["no user message"] == 1
-    assert sum(rep.skipped.values()) == 4
+    assert sum(rep.skipped.values()) == 3
     assert (2, "no user message") in rep.examples  # row numbers point into the file
 
 
@@ -71,6 +72,11 @@ def test_hf_kind_streams_a_dataset_folder(tmp_path):
 
 
 def test_hf_kind_unknown_dataset_is_named(tmp_path):
-    src = SourceParams(name="nope", kind="hf", path=str(tmp_path / "missing-dataset"))
+    src = SourceParams(name="nope", kind="hf", path="no-such-org/no-such-dataset", revision="abc123")
     with pytest.raises(SourceError, match="source 'nope': cannot open dataset"):
         load_source(src)
+
+
+def test_hub_read_needs_a_pinned_revision():
+    with pytest.raises(SourceError, match="source 'gsm': set 'revision'"):
+        load_source(SourceParams(name="gsm", kind="gsm8k"))

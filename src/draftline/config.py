@@ -54,21 +54,34 @@ class DrafterParams(Section):
     mask_token: str = "<empty_output>"
 
 
-SourceKind = Literal["local", "hf", "humaneval", "mtbench"]
+SourceKind = Literal["local", "hf", "humaneval", "mtbench", "nemotron", "infinity_instruct", "codealpaca",
+                     "sharegpt", "ultrachat", "magpie", "opencodeinstruct", "gsm8k", "math"]
+ADAPTER_KINDS = {"nemotron", "infinity_instruct", "codealpaca", "sharegpt", "ultrachat", "magpie",
+                 "opencodeinstruct", "gsm8k", "math"}
 
 
 class SourceParams(Section):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    # local: a JSONL/Parquet file with field names below; hf: any hub dataset with field
+    # names below; humaneval/mtbench: shipped benchmark prompts; the rest: a known
+    # source's schema and category labels (src/draftline/adapters.py).
     kind: SourceKind
     # train: prompts for regeneration; eval: held-out benchmark prompts.
     role: Literal["train", "eval"] = "train"
-    # local: JSONL or Parquet path; hf: dataset id.
+    # local: the file. hf: the dataset id (or a local dataset folder). Known sources:
+    # a local file in that source's published schema, read instead of the hub.
     path: str | None = None
-    split: str = "train"
+    # Known sources on the hub: dataset id, config, split and data files, when not the
+    # adapter's defaults.
+    dataset: str | None = None
+    config: str | None = None
+    split: str | None = None
+    data_files: str | None = None
+    # Hub commit (or tag): required for hub reads, so a mix can be rebuilt exactly.
     revision: str | None = None
-    # Category for every row when the source has none of its own.
+    # Category for every row, overriding the source's labels and the rule.
     category: str | None = None
-    # Source field names for our schema (local/hf): messages or prompt, plus category.
+    # Field names for kind local/hf: messages or prompt, plus category.
     messages_field: str = "messages"
     prompt_field: str = "prompt"
     category_field: str = "category"
@@ -93,8 +106,26 @@ class DownloadParams(Section):
         return self
 
 
+class NearDedupeParams(Section):
+    enabled: bool = True
+    # Words per shingle, MinHash permutations, LSH bands (permutations / bands rows each)
+    # and the estimated Jaccard similarity at or above which two prompts are duplicates.
+    shingle: Annotated[int, Field(ge=1, le=32)] = 3
+    num_perm: Annotated[int, Field(ge=8, le=1024)] = 128
+    bands: PositiveInt = 32
+    threshold: Annotated[float, Field(gt=0, le=1)] = 0.7
+
+    @model_validator(mode="after")
+    def _bands_divide(self) -> "NearDedupeParams":
+        if self.num_perm % self.bands:
+            raise ValueError(f"num_perm ({self.num_perm}) must be a multiple of bands ({self.bands})")
+        return self
+
+
 class MixParams(Section):
     seed: int = 0
+    # Near-duplicate removal (MinHash LSH) after exact dedupe.
+    near_dedupe: NearDedupeParams = NearDedupeParams()
     # Relative weight per category; categories not listed are dropped (and counted).
     category_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(min_length=1)
     # Training prompts after mixing; null = the largest total that meets every weight.

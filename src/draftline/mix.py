@@ -1,17 +1,19 @@
-"""Mix: exact dedupe, decontamination against eval prompts, category weights, split."""
+"""Mix: exact and near-duplicate removal, decontamination against eval prompts, category
+weights, split."""
 
 from __future__ import annotations
 
 import hashlib
 import math
 import random
-import re
 import unicodedata
 from collections import Counter
 
-from .config import MixParams
+import numpy as np
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+from .config import MixParams, NearDedupeParams
+from .near_dedupe import MinHashSettings, near_duplicates
+from .shingles import shingle_hashes, words
 
 
 def normalise(text: str) -> str:
@@ -22,11 +24,6 @@ def normalise(text: str) -> str:
 
 def prompt_text(messages: list[dict]) -> str:
     return "\n".join(m["content"] for m in messages if m["role"] == "user")
-
-
-def _ngrams(text: str, n: int) -> set[str]:
-    words = _WORD.findall(normalise(text))
-    return {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 def dedupe(rows: list[dict]) -> tuple[list[dict], int]:
@@ -41,28 +38,43 @@ def dedupe(rows: list[dict]) -> tuple[list[dict], int]:
     return kept, len(rows) - len(kept)
 
 
+def near_dedupe(rows: list[dict], p: NearDedupeParams, seed: int) -> tuple[list[dict], Counter, dict]:
+    """Drop near-duplicates (MinHash LSH, src/draftline/near_dedupe.py); the first of
+    each group in input order stays. Counts dropped rows per source."""
+    if not p.enabled or not rows:
+        return rows, Counter(), {}
+    settings = MinHashSettings(shingle=p.shingle, num_perm=p.num_perm, bands=p.bands, threshold=p.threshold,
+                               seed=seed)
+    drop, stats = near_duplicates([prompt_text(r["messages"]) for r in rows], settings)
+    kept = [r for r, d in zip(rows, drop) if not d]
+    return kept, Counter(r["source"] for r, d in zip(rows, drop) if d), stats
+
+
 def decontaminate(train: list[dict], eval_rows: list[dict], n: int) -> tuple[list[dict], Counter]:
     """Drop training prompts sharing any word n-gram with an eval prompt.
 
-    A prompt shorter than n words is compared whole, so a short benchmark question copied
-    verbatim into training data is still caught."""
-    banned: set[str] = set()
-    short: set[str] = set()
-    for r in eval_rows:
-        text = prompt_text(r["messages"])
-        grams = _ngrams(text, n)
-        banned |= grams
-        if not grams:
-            short.add(" ".join(_WORD.findall(normalise(text))))
-    kept, dropped = [], Counter()
-    for r in train:
-        text = prompt_text(r["messages"])
-        words = " ".join(_WORD.findall(normalise(text)))
-        if _ngrams(text, n) & banned or (short and any(s and s in words for s in short)):
-            dropped[r["source"]] += 1
-        else:
-            kept.append(r)
-    return kept, dropped
+    An eval prompt shorter than n words is looked for whole (as a word sequence) inside
+    every training prompt, so a short benchmark question copied into training data is
+    still caught. Vectorised: both sides are shingled in one batch and compared by hash."""
+    if not train or not eval_rows:
+        return train, Counter()
+    nt = len(train)
+    w = words([prompt_text(r["messages"]) for r in train] + [prompt_text(r["messages"]) for r in eval_rows])
+    lens = w.lengths
+    hit = np.zeros(nt, bool)
+    h, doc = shingle_hashes(w, n)
+    full = lens[doc] >= n
+    banned = np.unique(h[(doc >= nt) & full])
+    tr = (doc < nt) & full
+    hit[doc[tr][np.isin(h[tr], banned)]] = True
+    eval_lens = lens[nt:]
+    for length in np.unique(eval_lens[(eval_lens > 0) & (eval_lens < n)]):
+        h, doc = shingle_hashes(w, int(length))
+        ev = (doc >= nt) & (lens[doc] == length)
+        tr = doc < nt
+        hit[doc[tr][np.isin(h[tr], h[ev])]] = True
+    kept = [r for r, x in zip(train, hit) if not x]
+    return kept, Counter(r["source"] for r, x in zip(train, hit) if x)
 
 
 def mix_by_category(rows: list[dict], params: MixParams) -> tuple[list[dict], list[str]]:

@@ -13,12 +13,11 @@ import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
+from .adapters import ADAPTERS, turns
+from .categories import by_rule
 from .config import SourceParams
-
-ROLES = {"system", "user", "assistant"}
-
 
 class SourceError(RuntimeError):
     pass
@@ -35,7 +34,7 @@ class SourceReport:
 
     def skip(self, row: int, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
-        if len(self.examples) < 5:
+        if len(self.examples) < 20:
             self.examples.append((row, reason))
 
 
@@ -56,13 +55,17 @@ def mtbench_path() -> Path:
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    # Bytes per line: one line that is not UTF-8 (or not JSON) is skipped and reported,
+    # it does not stop the file.
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
+    with opener(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             try:
-                yield i, json.loads(line)
+                yield i, json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield i, SourceError("not valid UTF-8")
             except json.JSONDecodeError as err:
                 yield i, SourceError(f"invalid JSON: {err.msg}")
 
@@ -73,21 +76,28 @@ def _read_local(path: Path) -> Iterator[tuple[int, Any]]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
-            yield i, row
+        i = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=8192):  # bounded memory
+            for row in batch.to_pylist():
+                i += 1
+                yield i, row
     elif path.name.endswith((".jsonl", ".jsonl.gz", ".json")):
         yield from _read_jsonl(path)
     else:
         raise SourceError(f"{path}: unsupported file type (use .jsonl, .jsonl.gz or .parquet)")
 
 
-def _read_hf(src: SourceParams) -> Iterator[tuple[int, Any]]:
+def _read_hub(src: SourceParams, dataset: str, config: str | None, split: str,
+              data_files: str | None) -> Iterator[tuple[int, Any]]:
     import datasets  # imported here: only hub sources pay its import time
 
+    if not Path(dataset).exists() and not src.revision:
+        raise SourceError(f"source '{src.name}': set 'revision' (a commit of {dataset}) so the mix can be rebuilt")
     try:
-        ds = datasets.load_dataset(src.path, split=src.split, revision=src.revision, streaming=True)
+        ds = datasets.load_dataset(dataset, config, split=split, revision=src.revision, streaming=True,
+                                   **({"data_files": data_files} if data_files else {}))
     except Exception as err:  # offline, unknown id, bad split: name the source and the dataset
-        raise SourceError(f"source '{src.name}': cannot open dataset {src.path!r} split {src.split!r} "
+        raise SourceError(f"source '{src.name}': cannot open dataset {dataset!r} split {split!r} "
                           f"revision {src.revision!r}: {err}") from None
     for i, row in enumerate(ds, start=1):
         yield i, row
@@ -96,27 +106,10 @@ def _read_hf(src: SourceParams) -> Iterator[tuple[int, Any]]:
 def _messages(row: dict, src: SourceParams) -> list[dict] | str:
     """Map a row to messages, or return the reason it cannot be used."""
     if src.messages_field in row and row[src.messages_field] is not None:
-        raw = row[src.messages_field]
-        if not isinstance(raw, list):
-            return f"field '{src.messages_field}' is not a list"
-        msgs = []
-        for m in raw:
-            if not isinstance(m, dict):
-                return "message is not an object"
-            role = m.get("role", m.get("from"))
-            content = m.get("content", m.get("value"))
-            role = {"human": "user", "gpt": "assistant"}.get(role, role)
-            if role not in ROLES or not isinstance(content, str):
-                return f"message with bad role/content: role={role!r}"
-            if role != "assistant":
-                msgs.append({"role": role, "content": content})
-    elif src.prompt_field in row and isinstance(row[src.prompt_field], str):
-        msgs = [{"role": "user", "content": row[src.prompt_field]}]
-    else:
-        return f"no '{src.messages_field}' or '{src.prompt_field}' field"
-    if not any(m["role"] == "user" and m["content"].strip() for m in msgs):
-        return "no user message"
-    return msgs
+        return turns(row[src.messages_field], src.messages_field)
+    if src.prompt_field in row and isinstance(row[src.prompt_field], str):
+        return [{"role": "user", "content": row[src.prompt_field]}]
+    return f"no '{src.messages_field}' or '{src.prompt_field}' field"
 
 
 def _row_id(source: str, messages: list[dict]) -> str:
@@ -124,7 +117,8 @@ def _row_id(source: str, messages: list[dict]) -> str:
     return f"{source}-{h[:16]}"
 
 
-def _generic(src: SourceParams, rows: Iterable[tuple[int, Any]], report: SourceReport) -> Iterator[dict]:
+def _map_rows(src: SourceParams, rows: Iterable[tuple[int, Any]], report: SourceReport,
+              to_messages: Callable[[dict], Any], category: Callable[[dict, list[dict]], str]) -> Iterator[dict]:
     for i, row in rows:
         report.rows_read += 1
         if isinstance(row, Exception):
@@ -133,16 +127,23 @@ def _generic(src: SourceParams, rows: Iterable[tuple[int, Any]], report: SourceR
         if not isinstance(row, dict):
             report.skip(i, "row is not an object")
             continue
-        msgs = _messages(row, src)
+        msgs = to_messages(row)
         if isinstance(msgs, str):
             report.skip(i, msgs)
             continue
-        category = row.get(src.category_field) or src.category
-        if not isinstance(category, str) or not category:
-            report.skip(i, f"no category (set '{src.category_field}' or the source's category)")
+        if not any(m["role"] == "user" and m["content"].strip() for m in msgs):
+            report.skip(i, "no user message")
             continue
-        yield {"id": _row_id(src.name, msgs), "source": src.name, "category": category,
-               "role": src.role, "messages": msgs}
+        cat = src.category or category(row, msgs)
+        yield {"id": _row_id(src.name, msgs), "source": src.name, "category": cat, "role": src.role,
+               "messages": msgs}
+
+
+def _field_category(src: SourceParams) -> Callable[[dict, list[dict]], str]:
+    def category(row: dict, msgs: list[dict]) -> str:
+        value = row.get(src.category_field)
+        return value if isinstance(value, str) and value else by_rule(msgs)
+    return category
 
 
 def _humaneval(src: SourceParams, report: SourceReport) -> Iterator[dict]:
@@ -165,18 +166,24 @@ def _mtbench(src: SourceParams, report: SourceReport) -> Iterator[dict]:
 
 def load_source(src: SourceParams, root: Path = Path(".")) -> tuple[list[dict], SourceReport]:
     report = SourceReport(src.name)
-    if src.kind == "local":
-        it = _generic(src, _read_local(root / src.path), report)
-    elif src.kind == "hf":
-        it = _generic(src, _read_hf(src), report)
+    if src.kind in ("local", "hf"):
+        rows = (_read_local(root / src.path) if src.kind == "local"
+                else _read_hub(src, src.path, src.config, src.split or "train", src.data_files))
+        it = _map_rows(src, rows, report, lambda r: _messages(r, src), _field_category(src))
     elif src.kind == "humaneval":
         it = _humaneval(src, report)
-    else:
+    elif src.kind == "mtbench":
         it = _mtbench(src, report)
-    rows = []
+    else:
+        a = ADAPTERS[src.kind]
+        rows = (_read_local(root / src.path) if src.path
+                else _read_hub(src, src.dataset or a.dataset, src.config or a.config, src.split or a.split,
+                               src.data_files or a.data_files))
+        it = _map_rows(src, rows, report, a.messages, a.category)
+    out = []
     for row in it:
-        rows.append(row)
-        if src.max_rows and len(rows) >= src.max_rows:
+        out.append(row)
+        if src.max_rows and len(out) >= src.max_rows:
             break
-    report.rows_kept = len(rows)
-    return rows, report
+    report.rows_kept = len(out)
+    return out, report

@@ -1,0 +1,48 @@
+"""The mix stage end to end: byte-identical outputs for the same inputs and params, and
+a report that says what each step removed, per source and per category."""
+
+import json
+
+import yaml
+
+from draftline.config import parse_params
+from draftline.io import write_parquet
+from draftline.sources import load_source
+from draftline.config import SourceParams
+
+from conftest import ROOT
+
+
+def _raw_rows():
+    rows, _ = load_source(SourceParams(name="seed", kind="local", path=str(ROOT / "data/seed/prompts.jsonl")))
+    he, _ = load_source(SourceParams(name="humaneval", kind="humaneval", role="eval"))
+    # a planted near-duplicate, and a training prompt that copies a benchmark prompt
+    first = rows[0]["messages"][0]["content"]
+    rows.append({**rows[0], "id": "seed-near", "messages": [{"role": "user", "content": first.upper() + " please"}]})
+    rows.append({**rows[0], "id": "seed-leak", "category": "coding", "messages": he[0]["messages"]})
+    return rows + he
+
+
+def _run_mix(tmp, monkeypatch, params):
+    import stages.mix as stage
+
+    monkeypatch.chdir(tmp)
+    write_parquet(tmp / "data/raw/prompts.parquet", _raw_rows())
+    stage.run(params)
+    return {p: (tmp / p).read_bytes() for p in ["data/mix/train.parquet", "data/mix/eval.parquet",
+                                                 "data/metrics/mix.json", "data/plots/mix.tsv"]}
+
+
+def test_mix_is_byte_identical_and_reports(tmp_path, monkeypatch):
+    params = parse_params(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _run_mix(tmp_path / "a", monkeypatch, params)
+    b = _run_mix(tmp_path / "b", monkeypatch, params)
+    assert a == b
+    m = json.loads(a["data/metrics/mix.json"])
+    assert m["near_duplicates_by_source"] == {"seed": 1}
+    assert m["contaminated_by_source"] == {"seed": 1}
+    assert m["by_source_before"]["seed"] == m["train_before"]
+    assert set(m["by_category_after"]) >= {"coding", "math", "chat"}
+    assert b"category\tstage\tprompts" in a["data/plots/mix.tsv"]
