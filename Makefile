@@ -11,10 +11,15 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all venv test bench-client bench-dedupe metrics diff plots push pull remote clean-venv
+.PHONY: all preset venv test bench-client bench-dedupe bench-train metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
+
+# A larger run as a DVC experiment: `make preset PRESET=large` (presets/large.yaml).
+PRESET ?= large
+preset: $(STAMP)
+	flags="$$($(BIN)/python -m draftline.presets presets/$(PRESET).yaml)" && eval dvc exp run -n $(PRESET) $$flags
 
 venv: $(STAMP)
 
@@ -41,6 +46,11 @@ bench-client: $(TEST_STAMP)
 
 bench-dedupe: $(TEST_STAMP)
 	$(BIN)/python bench/bench_dedupe.py
+
+# SpecForge pins torch 2.11 and pulls sglang; its DFlash training module needs neither.
+bench-train: $(STAMP)
+	$(BIN)/pip install -q --no-deps specforge==0.2.0
+	$(BIN)/python bench/bench_train_step.py
 
 metrics: $(STAMP)
 	dvc metrics show

@@ -51,14 +51,14 @@ def lm_head(model):
         loss = F.cross_entropy(F.linear(rows, w), labels.flatten())
         loss.backward()
 
-    from draftline.drafter.loss import _FusedHeadLoss
+    from draftline.drafter.loss import LossSpec, _FusedHeadLoss
 
     wts = torch.ones(b * A * (B - 1))
 
     def fused(dtype):
         def run():
             rows = hidden.view(b, A, B, H)[:, :, 1:, :].reshape(-1, H).contiguous()
-            loss, _ = _FusedHeadLoss.apply(rows, w, labels.flatten(), wts, None, "ce", 1.0, dtype)
+            loss, _ = _FusedHeadLoss.apply(rows, w, labels.flatten(), wts, None, LossSpec("ce"), wts.sum(), dtype)
             loss.backward()
         return run
 

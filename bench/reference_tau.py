@@ -21,7 +21,7 @@ warnings.simplefilter("ignore", FutureWarning)
 
 import dflash.model as zlab  # noqa: E402
 
-from draftline.benchmark import encode_prompt, select_prompts  # noqa: E402
+from draftline.benchmark import encode_prompt, first_turn, select_prompts  # noqa: E402
 from draftline.config import load_params  # noqa: E402
 from draftline.drafter.model import load_drafter  # noqa: E402
 from draftline.io import read_parquet  # noqa: E402
@@ -39,7 +39,7 @@ def main() -> None:
     prompts = select_prompts(read_parquet("data/mix/eval.parquet"), bp.prompts_per_source)
     ours, theirs, same = [], [], 0
     for p in prompts:
-        ids = encode_prompt(tok, p["messages"])
+        ids = encode_prompt(tok, first_turn(p["messages"]))
         mine = speculative(drafter, target, ids, bp.max_new_tokens, info.eos_token_ids)
         ref = zlab.dflash_generate(drafter, target, ids, bp.max_new_tokens, info.eos_token_ids, return_stats=True)
         ours.append(mine.acceptance_lengths)

@@ -86,3 +86,14 @@ def test_bad_openai_values_name_the_key(params, key, value, fragment):
     bad["regenerate"]["openai"][key] = value
     with pytest.raises(ParamsError, match=fragment.replace(".", r"\.")):
         parse_params(bad)
+
+
+def test_presets_validate_and_become_dvc_flags(tmp_path):
+    from draftline.presets import flags
+
+    out = flags(ROOT / "presets" / "large.yaml", ROOT / "params.yaml")
+    assert "-S regenerate.samples_per_prompt=4" in out and "-S 'benchmark.temperatures=[0.0, 1.0]'" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {epochz: 3}\n")
+    with pytest.raises(ParamsError, match="unknown key 'train.epochz'"):
+        flags(bad, ROOT / "params.yaml")

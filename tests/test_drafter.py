@@ -56,6 +56,9 @@ def test_checkpoint_is_a_zlab_drafter(trained):
     assert cfg["model_type"] == "qwen3" and cfg["tie_word_embeddings"] is False
     assert cfg["num_target_layers"] == 30 and cfg["block_size"] == 4
     assert cfg["dflash_config"] == {"block_size": 4, "mask_token_id": 16, "target_layer_ids": [15]}
+    # What vLLM's and SGLang's DFlash loaders read besides dflash_config.
+    assert cfg["layer_types"] == ["full_attention"] and cfg["num_hidden_layers"] == 1
+    assert cfg["hidden_size"] == 576 and cfg["vocab_size"] == 49152
     from safetensors import safe_open
 
     with safe_open(str(path / "model.safetensors"), "pt") as f:

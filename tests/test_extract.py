@@ -38,3 +38,26 @@ def test_shards_hold_target_states(tmp_path, target_model, tokenizer):
         assert torch.allclose(s.context, want.to(torch.bfloat16).float(), rtol=2e-2, atol=2e-2)
         teacher = s.final @ head.T
         assert (teacher.argmax(-1) == out.logits[0].argmax(-1)).float().mean() > 0.95
+
+
+def test_teacher_distribution_equals_target_logits(tmp_path, target_dir, target_model, tokenizer):
+    """The KL teacher (stored final state -> the target's LM head, as training reads it)
+    is the target's own next-token distribution on the same tokens."""
+    from draftline.drafter.loss import _teacher_probs
+    from draftline.target import load_io_weights
+
+    conv = [{"role": "user", "content": "Write a function that reverses a list."},
+            {"role": "assistant", "content": "def reverse(xs):\n    return xs[::-1]"}]
+    ids = tokenizer.apply_chat_template(conv, tokenize=True, return_dict=True)["input_ids"]
+    rows = [{"id": "c", "split": "train", "input_ids": ids, "loss_mask": [1] * len(ids)}]
+    extract(target_model, rows, [15], ShardWriter(tmp_path, 10_000, {"target_layer_ids": [15]}), 4096, 0)
+    (s,) = load_sequences(tmp_path)
+    _, head = load_io_weights(target_dir)
+    assert torch.equal(head, target_model.get_output_embeddings().weight)
+    with torch.no_grad():
+        logits = target_model(torch.tensor([ids])).logits[0]
+    p, logp = _teacher_probs(s.final @ head.T, 1.0, None)
+    ref = torch.log_softmax(logits, -1)
+    kl = (p * (logp - ref)).sum(-1)
+    assert kl.max() < 0.02  # bf16 storage of the final state is the only difference
+    assert (p.argmax(-1) == logits.argmax(-1)).float().mean() >= 0.97

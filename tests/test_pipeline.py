@@ -44,6 +44,7 @@ def repo(tmp_path_factory):
     for d in ["stages", "src", "data/seed"]:
         shutil.copytree(ROOT / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    shutil.copy(ROOT / "data" / ".gitignore", repo / "data" / ".gitignore")  # keeps data/train_state out of git
     # The smoke file overrides the default params: DVC wants every key dvc.yaml lists.
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for section, values in yaml.safe_load((ROOT / "tests" / "smoke_params.yaml").read_text()).items():
@@ -64,15 +65,25 @@ def test_full_run_produces_every_output(repo):
               "data/mix/train.parquet", "data/mix/eval.parquet", "data/regen/answers.parquet",
               "data/tokens/train.parquet", "data/hidden/index.json", "data/drafter/config.json",
               "data/drafter/model.safetensors", "data/bench/results.parquet", "dvc.lock",
-              "data/plots/mix.tsv", "data/plots/train_steps.tsv", "data/plots/acceptance.tsv"]:
+              "data/plots/mix.tsv", "data/plots/train_steps.tsv", "data/plots/acceptance.tsv",
+              "data/plots/acceptance_by_position.tsv", "data/plots/train_eval.tsv"]:
         assert (repo / f).exists(), f
     assert not (repo / "data/regen/work").exists()  # resume shards are cleared when done
     info = json.loads((repo / "data/target/info.json").read_text())
     assert info["num_hidden_layers"] == 30 and info["target_layer_ids"] == [15]
     index = json.loads((repo / "data/hidden/index.json").read_text())
     assert len(index["shards"]) >= 2  # shard_tokens=300 forces several shards
+    assert list((repo / "data/train_state").glob("step-*.pt"))  # resume state, kept out of git and the cache
+    train = json.loads((repo / "data/metrics/train.json").read_text())
+    assert 0 <= train["padding_fraction"] < 0.5 and train["val_tau_estimate"] >= 1.0
     bench = json.loads((repo / "data/metrics/benchmark.json").read_text())
-    assert bench["mismatches"] == 0 and bench["prompts"] == 2 and bench["tau"] >= 1.0
+    # one HumanEval prompt, one MT-Bench prompt with both its turns
+    assert bench["mismatches"] == 0 and bench["prompts"] == 2 and bench["requests"] == 3 and bench["tau"] >= 1.0
+    for src in ("humaneval", "mtbench", "all"):
+        entry = bench["greedy"][src]
+        assert {"dflash", "untrained", "prompt_lookup", "target_tokens_per_second"} <= set(entry)
+        assert len(entry["dflash"]["position_acceptance"]) == 3 and entry["dflash"]["speedup"] > 0
+    assert bench["greedy"]["mtbench"]["requests"] == 2
     metrics = _run("dvc metrics show --json", repo).stdout
     assert "tau" in metrics and "train_loss" in metrics
     assert _run("dvc status", repo).stdout.strip().endswith("Data and pipelines are up to date.")
@@ -97,9 +108,16 @@ def test_masked_tokens_decode_to_the_regenerated_answers(repo):
 
 def test_changing_train_lr_reruns_only_train_and_benchmark(repo):
     repo, _ = repo
+    _run("git add -A && git commit -qm first", repo)
     _set(repo, "train", "lr", 0.002)
     out = _run("dvc repro", repo).stdout
     assert _ran(out) == {"train", "benchmark"}
+    # Comparing runs: tau per benchmark in `dvc metrics diff`, acceptance curves in `dvc plots diff`.
+    diff = json.loads(_run("dvc metrics diff HEAD --all --json", repo).stdout)
+    keys = set(diff["data/metrics/benchmark.json"])
+    assert {"greedy.humaneval.dflash.tau", "greedy.mtbench.dflash.tau"} <= keys
+    plots = _run("dvc plots diff HEAD --json", repo).stdout
+    assert "acceptance_by_position.tsv" in plots
 
 
 def test_changing_regenerate_reruns_from_regenerate_on(repo):

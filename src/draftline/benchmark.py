@@ -1,22 +1,36 @@
-"""Benchmark a drafter: tau, acceptance histogram and speedup over plain greedy decoding.
+"""Benchmark a drafter against the target alone and against baselines, per benchmark.
 
-Every speculative output is compared token for token with the target's plain greedy output;
-greedy speculative decoding is lossless, so any difference is a bug and fails the stage.
+Requests: the first `prompts_per_source` prompts of every eval source, each user turn of
+a multi-turn prompt (MT-Bench has two) a request of its own; a later turn follows the
+target's own greedy answer to the earlier ones. Methods, all on the same requests and in
+the same process: the target alone, the trained drafter, and the baselines (an untrained
+drafter of the same architecture, transformers' n-gram prompt lookup). At temperature 0
+every method's output must equal the target's greedy output token for token.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 
 import torch
 
 from .config import BenchmarkParams
 from .progress import bar
-from .speculative import greedy, histogram, speculative, tau
+from .speculative import Decoded, histogram, plain, position_acceptance, prompt_lookup, speculative, tau
 
 
 class BenchmarkFailure(RuntimeError):
     pass
+
+
+@dataclass
+class Request:
+    source: str
+    id: str
+    turn: int
+    messages: list[dict]
+    input_ids: torch.Tensor = field(repr=False, default=None)
 
 
 def select_prompts(prompts: list[dict], per_source: int) -> list[dict]:
@@ -25,8 +39,7 @@ def select_prompts(prompts: list[dict], per_source: int) -> list[dict]:
         by_src.setdefault(p["source"], []).append(p)
     out = []
     for src in sorted(by_src):
-        rows = sorted(by_src[src], key=lambda r: (len(r["id"]), r["id"]))[:per_source]
-        out.extend(rows)
+        out.extend(sorted(by_src[src], key=lambda r: (len(r["id"]), r["id"]))[:per_source])
     return out
 
 
@@ -40,63 +53,109 @@ def first_turn(messages: list[dict]) -> list[dict]:
 
 
 def encode_prompt(tok, messages: list[dict]) -> torch.Tensor:
-    enc = tok.apply_chat_template(first_turn(messages), add_generation_prompt=True, tokenize=True,
-                                  return_dict=True, return_tensors="pt")
+    enc = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                  return_tensors="pt")
     return enc["input_ids"]
 
 
-def run_benchmark(target, tok, drafter, untrained, prompts, bp: BenchmarkParams, stop_ids: list[int]):
-    chosen = select_prompts(prompts, bp.prompts_per_source)
-    if not chosen:
+def user_turns(messages: list[dict]) -> list[list[dict]]:
+    """Conversation prefixes ending at each user turn (given assistant turns dropped)."""
+    system = [m for m in messages if m["role"] == "system"]
+    users = [m for m in messages if m["role"] == "user"]
+    return [system + users[: i + 1] for i in range(len(users))]
+
+
+def build_requests(target, tok, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int]) -> list[Request]:
+    """Every turn of every chosen prompt; turn n's history holds the target's greedy answers."""
+    out = []
+    for p in select_prompts(prompts, bp.prompts_per_source):
+        history: list[dict] = []
+        turns = user_turns(p["messages"])[: bp.max_turns]
+        for t, prefix in enumerate(turns):
+            msgs = history + [prefix[-1]] if t else prefix
+            ids = encode_prompt(tok, msgs)
+            out.append(Request(p["source"], p["id"], t + 1, msgs, ids))
+            if t + 1 < len(turns):
+                answer = plain(target, ids, bp.max_new_tokens, stop_ids)
+                history = msgs + [{"role": "assistant",
+                                   "content": tok.decode(answer.tokens, skip_special_tokens=True)}]
+    return out
+
+
+def _run(method: str, model, target, req: Request, bp: BenchmarkParams, stop_ids, temperature: float,
+         block_size: int, gen: torch.Generator) -> Decoded:
+    if method == "target":
+        return plain(target, req.input_ids, bp.max_new_tokens, stop_ids, temperature, gen)
+    if method == "prompt_lookup":
+        return prompt_lookup(target, req.input_ids, bp.max_new_tokens, stop_ids, block_size - 1)
+    return speculative(model, target, req.input_ids, bp.max_new_tokens, stop_ids, block_size, temperature, gen)
+
+
+def _summary(decs: list[Decoded], plain_decs: list[Decoded], block_size: int, with_steps: bool) -> dict:
+    tpot = [d.decode_seconds / len(d.tokens) for d in decs if len(d.tokens) > 1]
+    base = [d.decode_seconds / len(d.tokens) for d in plain_decs if len(d.tokens) > 1]
+    acc = [d.acceptance_lengths for d in decs]
+    out = {"tau": tau(acc), "tokens_per_second": 1 / statistics.mean(tpot) if tpot else None,
+           "speedup": statistics.mean(base) / statistics.mean(tpot) if tpot and base else None}
+    if with_steps:
+        out["histogram"] = histogram(acc, block_size)
+        out["position_acceptance"] = position_acceptance(acc, block_size)
+    return out
+
+
+def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
+                  block_size: int):
+    """drafters: {"dflash": trained, "untrained": ...}. Returns (metrics, rows)."""
+    requests = build_requests(target, tok, prompts, bp, stop_ids)
+    if not requests:
         raise BenchmarkFailure("benchmark: no eval prompts (check the eval sources in download.sources)")
-    drafters = {"trained": drafter} | ({"untrained": untrained} if untrained is not None else {})
+    methods = ["target", "dflash"] + [b for b in bp.baselines if b == "prompt_lookup" or b in drafters]
     # Warm up kernels and allocator once so the first request's timing is not an outlier.
-    warm = encode_prompt(tok, chosen[0]["messages"])
-    greedy(target, warm, 8, stop_ids)
-    speculative(drafter, target, warm, 8, stop_ids)
-    rows, mismatches = [], 0
-    accept = {name: [] for name in drafters}
-    by_source: dict[str, dict[str, list]] = {}
-    tpot_plain, tpot_spec = [], []
-    pb = bar(len(chosen), "benchmark", unit="prompt")
-    for p in chosen:
-        ids = encode_prompt(tok, p["messages"])
-        plain = greedy(target, ids, bp.max_new_tokens, stop_ids)
-        row = {"id": p["id"], "source": p["source"], "prompt_tokens": int(ids.shape[1]),
-               "plain_tokens": len(plain.tokens), "plain_seconds": plain.decode_seconds}
-        for name, d in drafters.items():
-            spec = speculative(d, target, ids, bp.max_new_tokens, stop_ids)
-            same = spec.tokens == plain.tokens
-            if not same:
-                mismatches += 1
-                first = next((i for i, (a, b) in enumerate(zip(spec.tokens, plain.tokens)) if a != b),
-                             min(len(spec.tokens), len(plain.tokens)))
-                row[f"{name}_first_mismatch"] = first
-            row[f"{name}_equal"] = same
-            row[f"{name}_acceptance"] = spec.acceptance_lengths
-            row[f"{name}_seconds"] = spec.decode_seconds
-            accept[name].append(spec.acceptance_lengths)
-            by_source.setdefault(p["source"], {}).setdefault(name, []).append(spec.acceptance_lengths)
-            if name == "trained" and len(plain.tokens) > 1:
-                tpot_plain.append(plain.decode_seconds / len(plain.tokens))
-                tpot_spec.append(spec.decode_seconds / len(spec.tokens))
-        row["text"] = tok.decode(plain.tokens, skip_special_tokens=True)
-        rows.append(row)
-        pb.update(1)
-        pb.set_postfix(tau=f"{tau(accept['trained']):.2f}")
+    for m in methods:
+        _run(m, drafters.get(m), target, requests[0], bp.model_copy(update={"max_new_tokens": 8}), stop_ids, 0.0,
+             block_size, torch.Generator().manual_seed(0))
+    rows, results = [], {}
+    mismatches = 0
+    runs = [(T, m) for T in bp.temperatures for m in methods if not (T > 0 and m == "prompt_lookup")]
+    pb = bar(len(runs) * len(requests), "benchmark", unit="decode")
+    for i, req in enumerate(requests):
+        reference = None
+        for T, m in runs:
+            gen = torch.Generator().manual_seed(bp.seed * 1_000_003 + i)  # same seed for every method
+            d = _run(m, drafters.get(m), target, req, bp, stop_ids, T, block_size, gen)
+            results.setdefault((T, m), []).append((req, d))
+            row = {"source": req.source, "id": req.id, "turn": req.turn, "temperature": T, "method": m,
+                   "prompt_tokens": int(req.input_ids.shape[1]), "tokens": len(d.tokens),
+                   "steps": len(d.acceptance_lengths), "seconds": d.decode_seconds,
+                   "acceptance": [float(a) for a in d.acceptance_lengths]}
+            if T == 0 and m == "target":
+                reference = d.tokens
+                row["text"] = tok.decode(d.tokens, skip_special_tokens=True)
+            elif T == 0:
+                row["equal_to_target"] = d.tokens == reference
+                mismatches += d.tokens != reference
+            rows.append(row)
+            pb.update(1)
+        so_far = results.get((bp.temperatures[0], "dflash"), [])
+        pb.set_postfix(tau=f"{tau([d.acceptance_lengths for _, d in so_far]):.2f}")
     pb.close()
-    B = drafter.block_size
-    metrics = {
-        "prompts": len(chosen), "block_size": B, "max_new_tokens": bp.max_new_tokens,
-        "tau": tau(accept["trained"]),
-        "tau_by_source": {s: tau(v["trained"]) for s, v in sorted(by_source.items())},
-        "histogram": histogram(accept["trained"], B),
-        "plain_tokens_per_second": 1 / statistics.mean(tpot_plain) if tpot_plain else None,
-        "spec_tokens_per_second": 1 / statistics.mean(tpot_spec) if tpot_spec else None,
-        "speedup": statistics.mean(tpot_plain) / statistics.mean(tpot_spec) if tpot_spec else None,
-        "mismatches": mismatches,
-    }
-    if "untrained" in accept:
-        metrics["tau_untrained"] = tau(accept["untrained"])
-    hist = {name: histogram(a, B) for name, a in accept.items()}
-    return metrics, rows, hist
+    sources = sorted({r.source for r in requests})
+    metrics: dict = {"requests": len(requests), "prompts": len({(r.source, r.id) for r in requests}),
+                     "block_size": block_size, "max_new_tokens": bp.max_new_tokens, "mismatches": mismatches}
+    for T in bp.temperatures:
+        key = "greedy" if T == 0 else f"temperature_{T:g}"
+        section = {}
+        for src in sources + ["all"]:
+            pick = lambda m: [d for r, d in results.get((T, m), []) if src in ("all", r.source)]  # noqa: E731
+            base = pick("target")
+            entry = {"requests": len(base),
+                     "target_tokens_per_second": _summary(base, base, block_size, False)["tokens_per_second"]}
+            for m in methods[1:]:
+                if (T, m) in results:
+                    entry[m] = _summary(pick(m), base, block_size, m != "prompt_lookup")
+            section[src] = entry
+        metrics[key] = section
+    head = metrics["greedy" if 0.0 in bp.temperatures else key]["all"]["dflash"]
+    metrics["tau"] = head["tau"]
+    metrics["speedup"] = head["speedup"]
+    return metrics, rows

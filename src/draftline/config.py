@@ -236,31 +236,56 @@ class TrainParams(Section):
     num_anchors: PositiveInt = 64
     # Position-decay gamma: weight exp(-(k-1)/gamma) for block position k.
     gamma: PositiveFloat | None = 4.0
-    loss: Literal["ce", "kl"] = "ce"
-    # Softmax temperature of teacher and student for the kl loss.
+    # ce: hard labels (the target's own tokens); kl: soft labels, KL(teacher || drafter) at
+    # temperature kl_temperature; mix: (1 - kl_weight) * ce + kl_weight * kl.
+    loss: Literal["ce", "kl", "mix"] = "ce"
+    kl_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
     kl_temperature: PositiveFloat = 1.0
+    # Keep only the teacher's k most likely tokens (renormalised); null = the full vocabulary.
+    kl_top_k: PositiveInt | None = None
     lr: PositiveFloat = 6e-4
-    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    # Cosine decay from lr to lr * min_lr_ratio after a linear warmup.
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
     warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.04
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
     grad_clip: PositiveFloat = 1.0
     epochs: PositiveInt = 1
     # Stop after this many optimizer steps (null = run all epochs).
     max_steps: PositiveInt | None = None
-    # Sequences per optimizer step.
+    # Sequences per optimizer step, over all processes and accumulation micro-batches:
+    # the same value gives the same training whatever the number of processes.
     batch_size: PositiveInt = 8
-    # Validation loss/accuracy every N steps (and at the end).
+    # Micro-batches per process per step (memory knob; the result does not depend on it).
+    grad_accum: PositiveInt = 1
+    # Validation loss, per-position accuracy and acceptance every N steps (and at the end).
     eval_every: PositiveInt = 50
+    # Resume state every N steps (data/train_state); a killed run continues from the last.
+    checkpoint_every: PositiveInt = 50
+    keep_checkpoints: PositiveInt = 2
     # Compute precision: auto = bf16 autocast on CUDA and on CPUs with bf16 matrix units
     # (AMX / AVX512-BF16, where the LM head runs ~3.6x faster), fp32 elsewhere.
     precision: Literal["auto", "float32", "bfloat16"] = "auto"
 
+    @model_validator(mode="after")
+    def _accum_divides(self) -> "TrainParams":
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum})")
+        return self
+
 
 class BenchmarkParams(Section):
-    # Prompts per eval source (first turn of MT-Bench, HumanEval prompt).
+    # Prompts per eval source (HumanEval prompt, MT-Bench question with both turns, ...).
     prompts_per_source: PositiveInt = 10
     max_new_tokens: PositiveInt = 128
-    # Also measure an untrained drafter (same architecture, seed weights) as a baseline.
-    untrained_baseline: bool = True
+    # User turns answered per prompt (MT-Bench has two; the second follows the target's own
+    # first answer). 1 = first turns only.
+    max_turns: PositiveInt = 2
+    # Baselines measured in the same run: an untrained drafter of the same architecture and
+    # transformers' n-gram prompt lookup (prompt_lookup_num_tokens = block_size - 1).
+    baselines: list[Literal["untrained", "prompt_lookup"]] = ["untrained", "prompt_lookup"]
+    # Sampling temperatures: 0 = greedy (output checked token for token against plain
+    # greedy decoding); > 0 = speculative sampling with lossless rejection sampling.
+    temperatures: list[Annotated[float, Field(ge=0)]] = Field(default_factory=lambda: [0.0], min_length=1)
     seed: int = 0
 
 

@@ -141,6 +141,43 @@ def load_model(model_dir: str | Path, dtype: str = "float32"):
     return model.eval().requires_grad_(False)
 
 
+def load_io_weights(model_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's input embedding and LM head, read from its safetensors files alone.
+
+    Training needs only these two matrices of the target; reading them by name keeps a
+    27B or 1T target's other weights off every training process.
+    """
+    from safetensors import safe_open
+
+    path = _model_path(Path(model_dir))
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = read_json(index)["weight_map"]
+    else:
+        single = path / "model.safetensors"
+        if not single.exists():
+            raise TargetError(f"{path}: no model.safetensors(.index.json)")
+        with safe_open(str(single), "pt") as f:
+            weight_map = {k: single.name for k in f.keys()}
+
+    def find(suffix: str) -> str | None:
+        keys = sorted(k for k in weight_map if k.endswith(suffix) and "mtp" not in k and "visual" not in k)
+        return min(keys, key=len) if keys else None
+
+    def read(key: str) -> torch.Tensor:
+        with safe_open(str(path / weight_map[key]), "pt") as f:
+            return f.get_tensor(key).float()
+
+    emb_key = find("embed_tokens.weight")
+    if emb_key is None:
+        raise TargetError(f"{path}: no '*embed_tokens.weight' tensor in the checkpoint")
+    embed = read(emb_key)
+    head_key = find("lm_head.weight")
+    # Tied embeddings (SmolLM2, small Qwen3): the head is the embedding matrix.
+    head = read(head_key) if head_key else embed
+    return embed, head
+
+
 @dataclass(frozen=True)
 class TargetInfo:
     """What later stages need to know about the target without loading it."""

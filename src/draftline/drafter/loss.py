@@ -5,9 +5,15 @@ The frozen 49K-row LM head dominates a training step, and materialising the full
 the matmul itself. So we go chunk by chunk over contiguous rows: logits, loss, accuracy
 and the gradient with respect to the drafter's hidden states, all in one pass; backward
 then only scales the stored gradient. Only slots with weight > 0 reach the head.
+
+The loss is sum(w * loss) / denom. `denom` is the total weight of the whole optimizer step
+(all micro-batches, all processes), so gradients summed over micro-batches and processes
+equal those of one big batch.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -15,41 +21,72 @@ import torch.nn.functional as F
 CHUNK = 512  # rows per chunk: a [512, 49152] fp32 block is 100 MB
 
 
+@dataclass(frozen=True)
+class LossSpec:
+    kind: str = "ce"  # ce | kl | mix
+    kl_weight: float = 0.5  # mix only
+    temperature: float = 1.0
+    top_k: int | None = None
+
+    @property
+    def needs_teacher(self) -> bool:
+        return self.kind in ("kl", "mix")
+
+    @classmethod
+    def of(cls, tp) -> "LossSpec":
+        return cls(tp.loss, tp.kl_weight, tp.kl_temperature, tp.kl_top_k)
+
+
+def _teacher_probs(t_logits: torch.Tensor, t: float, top_k: int | None):
+    """Teacher distribution at temperature t (top-k renormalised): probs and log-probs,
+    with log-prob 0 where the prob is 0 so that p * log p stays finite."""
+    if top_k is None or top_k >= t_logits.shape[-1]:
+        logp = torch.log_softmax(t_logits / t, -1)
+        return logp.exp(), logp
+    val, idx = t_logits.topk(top_k, dim=-1)
+    lp = torch.log_softmax(val / t, -1)
+    p = torch.zeros_like(t_logits).scatter_(-1, idx, lp.exp())
+    logp = torch.zeros_like(t_logits).scatter_(-1, idx, lp)
+    return p, logp
+
+
 class _FusedHeadLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, rows, weight, labels, w, teacher_rows, kind, temperature, compute_dtype):
-        total_w = w.sum().clamp_min(1e-8)
+    def forward(ctx, rows, weight, labels, w, teacher_rows, spec: LossSpec, denom, compute_dtype):
         grad = torch.empty_like(rows)
         acc = torch.float64 if rows.dtype == torch.float64 else torch.float32  # softmax precision
         loss = rows.new_zeros((), dtype=acc)
-        correct = torch.empty(rows.shape[0], dtype=torch.bool)
+        correct = torch.empty(rows.shape[0], dtype=torch.bool, device=rows.device)
         wc = weight.to(compute_dtype)
+        a_kl = {"ce": 0.0, "kl": 1.0, "mix": spec.kl_weight}[spec.kind]
         for s in range(0, rows.shape[0], CHUNK):
             e = min(s + CHUNK, rows.shape[0])
             logits = F.linear(rows[s:e].to(compute_dtype), wc).to(acc)
             y = labels[s:e]
+            scale = (w[s:e] / denom).to(acc)[:, None]
             top, idx = logits.max(-1)
             correct[s:e] = idx == y
-            scale = (w[s:e] / total_w)[:, None]
-            if kind == "ce":
-                # In place: exp(logits - max) becomes the softmax, then the CE gradient.
+            g = torch.zeros_like(logits)
+            if a_kl < 1.0:
+                # softmax(z) - onehot(y): the CE gradient.
                 picked = logits.gather(1, y[:, None])[:, 0]
-                probs = logits.sub_(top[:, None]).exp_()
+                probs = torch.exp(logits - top[:, None])
                 norm = probs.sum(-1)
                 lse = top + norm.log()
-                loss += ((lse - picked) * w[s:e]).sum() / total_w
-                g = probs.div_(norm[:, None])
-                g[torch.arange(e - s), y] -= 1.0
-                g.mul_(scale)
-            else:
-                t = temperature
+                loss += (1 - a_kl) * ((lse - picked) * scale[:, 0]).sum()
+                probs.div_(norm[:, None])
+                probs[torch.arange(e - s, device=rows.device), y] -= 1.0
+                g.add_(probs, alpha=1 - a_kl)
+            if a_kl > 0.0:
+                t = spec.temperature
                 t_logits = F.linear(teacher_rows[s:e].to(compute_dtype), wc).to(acc)
-                t_logp = torch.log_softmax(t_logits / t, -1)
+                p, t_logp = _teacher_probs(t_logits, t, spec.top_k)
                 s_logp = torch.log_softmax(logits / t, -1)
-                p = t_logp.exp()
                 # Forward KL(teacher || student), times T^2 so gradients keep their size.
-                loss += ((p * (t_logp - s_logp)).sum(-1) * t * t * w[s:e]).sum() / total_w
-                g = (s_logp.exp() - p) * (t * scale)
+                kl = (p * (t_logp - s_logp)).sum(-1) * t * t
+                loss += a_kl * (kl * scale[:, 0]).sum()
+                g.add_(s_logp.exp().sub_(p), alpha=a_kl * t)
+            g.mul_(scale)
             grad[s:e] = (g.to(compute_dtype) @ wc).to(rows.dtype)
         ctx.save_for_backward(grad)
         ctx.mark_non_differentiable(correct)
@@ -70,15 +107,22 @@ def select(hidden: torch.Tensor, weights: torch.Tensor, block_size: int):
 
 
 def block_loss(hidden, batch, lm_head_w: torch.Tensor, final_flat: torch.Tensor | None, block_size: int,
-               kind: str = "ce", temperature: float = 1.0,
+               spec: LossSpec, denom: float | torch.Tensor | None = None,
                compute_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, dict]:
     rows, keep = select(hidden, batch.weights, block_size)
     w = batch.weights[keep]
     labels = batch.labels[keep]
-    teacher = final_flat[batch.teacher_rows[keep]].contiguous() if kind == "kl" else None
-    loss, correct = _FusedHeadLoss.apply(rows, lm_head_w.detach(), labels, w, teacher, kind, temperature,
-                                         compute_dtype)
+    teacher = final_flat[batch.teacher_rows[keep]].contiguous() if spec.needs_teacher else None
+    if denom is None:
+        denom = w.sum()
+    denom = torch.as_tensor(denom, dtype=w.dtype, device=w.device).clamp_min(1e-8)
+    loss, correct = _FusedHeadLoss.apply(rows, lm_head_w.detach(), labels, w, teacher, spec, denom, compute_dtype)
     k = keep.nonzero()[:, 2]  # slot index 0..B-2 (predicts block position k+1)
     n_k = torch.bincount(k, minlength=block_size - 1).float()
     c_k = torch.bincount(k, weights=correct.float(), minlength=block_size - 1)
-    return loss, {"slots": int(keep.sum()), "correct_by_pos": c_k, "count_by_pos": n_k}
+    # Greedy acceptance with the true context: slots accepted before the first miss.
+    hit = torch.zeros_like(keep)
+    hit[keep] = correct
+    accepted = hit.long().cumprod(-1).sum(-1)[keep[..., 0]]
+    return loss, {"slots": int(keep.sum()), "weight": float(w.sum()), "correct_by_pos": c_k.cpu(),
+                  "count_by_pos": n_k.cpu(), "blocks": int(accepted.numel()), "accepted": float(accepted.sum())}

@@ -1,141 +1,132 @@
-"""The training loop: length-bucketed batches, AdamW, warmup + cosine, per-step logs."""
+"""The training loop: global length-bucketed batches, micro-batches over processes and
+accumulation, AdamW with warmup + cosine, held-out evals, checkpoints and exact resume."""
 
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..config import DrafterParams, TrainParams
 from ..progress import bar
-from . import blocks
-from .loss import block_loss
+from . import checkpoint, dist
+from .batching import Padding, epoch_batches, micro_batches
+from .evaluate import evaluate
+from .schedule import lr_at
+from .step import Step
 
 
 @dataclass
 class TrainLog:
     steps: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
+    padding: dict = field(default_factory=lambda: {"real": 0, "padded": 0})
+    resumed_from: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"steps": self.steps, "evals": self.evals, "padding": self.padding}
+
+    @property
+    def padding_fraction(self) -> float:
+        p = self.padding
+        return 1 - p["real"] / p["padded"] if p["padded"] else 0.0
 
 
-def length_batches(seqs, batch_size: int, rng: random.Random) -> list[list[int]]:
-    """Sort by length, cut into batches, shuffle the batch order: little padding, and
-    every epoch still sees the data in a new order."""
-    order = sorted(range(len(seqs)), key=lambda i: (seqs[i].input_ids.shape[0], seqs[i].id))
-    out = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    rng.shuffle(out)
-    return out
+@dataclass
+class Resume:
+    folder: Path
+    fingerprint: str
+    every: int
+    keep: int
 
 
-def lr_at(step: int, total: int, base: float, warmup_ratio: float) -> float:
-    warm = max(1, int(round(total * warmup_ratio)))
-    if step < warm:
-        return base * (step + 1) / warm
-    progress = (step - warm) / max(1, total - warm)
-    return base * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+def total_steps(n_seqs: int, tp: TrainParams) -> tuple[int, int]:
+    per_epoch = math.ceil(n_seqs / tp.batch_size)
+    total = per_epoch * tp.epochs
+    return per_epoch, total if tp.max_steps is None else min(tp.max_steps, total)
 
 
-def use_bf16(precision: str) -> bool:
-    if precision != "auto":
-        return precision == "bfloat16"
-    if torch.cuda.is_available():
-        return True
-    cpu = torch.cpu
-    return bool(getattr(cpu, "_is_amx_tile_supported", lambda: False)()
-                or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)())
-
-
-class Step:
-    """One forward of the drafter over a list of sequences."""
-
-    def __init__(self, drafter, embed_w, lm_head_w, dp: DrafterParams, tp: TrainParams, mask_id: int):
-        self.drafter, self.embed_w, self.lm_head_w = drafter, embed_w, lm_head_w
-        self.dp, self.tp, self.mask_id = dp, tp, mask_id
-        self.bf16 = use_bf16(tp.precision)
-
-    def __call__(self, seqs, gen: torch.Generator):
-        # Weights and optimizer stay fp32; autocast runs the matmuls (above all the LM head) in bf16.
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            return self._forward(seqs, gen)
-
-    def _forward(self, seqs, gen: torch.Generator):
-        anchors = [blocks.sample_anchors(s.loss_mask, self.tp.num_anchors, gen) for s in seqs]
-        batch = blocks.build(seqs, anchors, self.dp.block_size, self.mask_id, self.tp.gamma)
-        noise = F.embedding(batch.block_ids, self.embed_w)
-        hidden = self.drafter(position_ids=batch.position_ids, attention_mask=batch.attention_mask,
-                              noise_embedding=noise, target_hidden=batch.context)
-        final_flat = None
-        if self.tp.loss == "kl":
-            L = batch.context.shape[1]
-            final_flat = torch.zeros(len(seqs) * L, seqs[0].final.shape[-1])
-            for i, s in enumerate(seqs):
-                final_flat[i * L : i * L + s.final.shape[0]] = s.final
-        return block_loss(hidden.float(), batch, self.lm_head_w, final_flat, self.dp.block_size,
-                          self.tp.loss, self.tp.kl_temperature,
-                          torch.bfloat16 if self.bf16 else torch.float32)
-
-
-def evaluate(step_fn: Step, seqs, batch_size: int, seed: int) -> dict:
-    step_fn.drafter.eval()
-    gen = torch.Generator().manual_seed(seed)  # fixed anchors: evals are comparable over steps
-    tot_loss, tot_w = 0.0, 0.0
-    c = torch.zeros(step_fn.dp.block_size - 1)
-    n = torch.zeros_like(c)
-    with torch.no_grad():
-        for i in range(0, len(seqs), batch_size):
-            loss, st = step_fn(seqs[i : i + batch_size], gen)
-            tot_loss += float(loss) * st["slots"]
-            tot_w += st["slots"]
-            c += st["correct_by_pos"]
-            n += st["count_by_pos"]
-    step_fn.drafter.train()
-    acc = (c / n.clamp_min(1)).tolist()
-    return {"loss": tot_loss / max(tot_w, 1), "acc_by_pos": acc}
-
-
-def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, tp: TrainParams,
-          mask_id: int) -> TrainLog:
+def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, tp: TrainParams, mask_id: int,
+          world: dist.World = dist.World(), resume: Resume | None = None) -> TrainLog:
     torch.manual_seed(tp.seed)
-    rng = random.Random(tp.seed)
-    gen = torch.Generator().manual_seed(tp.seed)
-    step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id)
-    per_epoch = math.ceil(len(train_seqs) / tp.batch_size)
-    total = per_epoch * tp.epochs if tp.max_steps is None else min(tp.max_steps, per_epoch * tp.epochs)
+    drafter.to(world.device)
+    step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device)
+    per_epoch, total = total_steps(len(train_seqs), tp)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95))
     log = TrainLog()
+    start = 0
+    if resume is not None:
+        state = checkpoint.latest(resume.folder, resume.fingerprint) if world.main else None
+        if dist.broadcast_flag(world, state is not None):
+            if state is None:  # other ranks read the file rank 0 chose
+                state = checkpoint.latest(resume.folder, resume.fingerprint)
+            checkpoint.restore(state, drafter, opt)
+            start = state["step"]
+            log.steps, log.evals, log.padding = state["log"]["steps"], state["log"]["evals"], state["log"]["padding"]
+            log.resumed_from = start
+    lengths = [s.input_ids.shape[0] for s in train_seqs]
+    ids = [s.id for s in train_seqs]
     drafter.train()
-    pb = bar(total, "train", unit="step")
-    step, t0 = 0, time.perf_counter()
-    for epoch in range(tp.epochs):
-        for idx in length_batches(train_seqs, tp.batch_size, rng):
-            if step >= total:
-                break
-            lr = lr_at(step, total, tp.lr, tp.warmup_ratio)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            seqs = [train_seqs[i] for i in idx]
-            loss, st = step_fn(seqs, gen)
-            opt.zero_grad(set_to_none=True)
+    pb = bar(total, "train", unit="step") if world.main else None
+    if pb is not None and start:
+        pb.update(start)
+    t0 = time.perf_counter()
+    step = start
+    while step < total:
+        epoch, index = divmod(step, per_epoch)
+        batch_ids = epoch_batches(lengths, ids, tp.batch_size, tp.seed, epoch)[index]
+        micro = micro_batches(batch_ids, world.rank, world.size, tp.grad_accum)
+        seqs = [[train_seqs[i] for i in m] for m in micro]
+        built = [step_fn.blocks(s, epoch) for s in seqs]
+        local_w = sum(float(b.weights.sum()) for b in built)
+        pad = Padding()
+        for m in micro:
+            pad.add([lengths[i] for i in m])
+        denom, real, padded = dist.all_sum(world, [local_w, pad.real, pad.padded])
+        lr = lr_at(step, total, tp.lr, tp.warmup_ratio, tp.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=False)
+        loss_sum, slots = 0.0, 0
+        c = torch.zeros(dp.block_size - 1)
+        n = torch.zeros_like(c)
+        for s, b in zip(seqs, built):
+            loss, st = step_fn.loss(s, b, denom)
             loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
-            opt.step()
-            acc = (st["correct_by_pos"] / st["count_by_pos"].clamp_min(1)).tolist()
-            step += 1
-            row = {"step": step, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": gnorm.item(),
-                   "slots": st["slots"], "seconds": round(time.perf_counter() - t0, 2)}
-            row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
-            log.steps.append(row)
+            loss_sum += loss.item()
+            slots += st["slots"]
+            c += st["correct_by_pos"]
+            n += st["count_by_pos"]
+        dist.all_sum_grads(world, params)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
+        opt.step()
+        loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
+        c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])
+        step += 1
+        log.padding["real"] += int(real)
+        log.padding["padded"] += int(padded)
+        acc = (c / n.clamp_min(1)).tolist()
+        row = {"step": step, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(gnorm),
+               "slots": int(slots), "padding": round(1 - real / max(padded, 1), 4),
+               "seconds": round(time.perf_counter() - t0, 2)}
+        row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
+        log.steps.append(row)
+        if pb is not None:
             pb.update(1)
-            pb.set_postfix(loss=f"{row['loss']:.3f}", acc1=f"{acc[0]:.2f}")
-            if val_seqs and (step % tp.eval_every == 0 or step == total):
-                ev = evaluate(step_fn, val_seqs, tp.batch_size, tp.seed)
-                log.evals.append({"step": step, **ev})
-        if step >= total:
-            break
-    pb.close()
+            pb.set_postfix(loss=f"{loss_sum:.3f}", acc1=f"{acc[0]:.2f}")
+        if val_seqs and world.main and (step % tp.eval_every == 0 or step == total):
+            ev = evaluate(step_fn, val_seqs, max(1, tp.batch_size // tp.grad_accum), tp.seed)
+            log.evals.append({"step": step, **ev})
+            if pb is not None:
+                pb.set_postfix(loss=f"{loss_sum:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
+        if resume is not None and (step % resume.every == 0 or step == total):
+            if world.main:
+                checkpoint.save(resume.folder, step, resume.fingerprint, drafter, opt, log.as_dict(), resume.keep)
+            dist.barrier(world)
+    if pb is not None:
+        pb.close()
     return log

@@ -1,0 +1,73 @@
+"""Resume state of a training run: written every N steps, atomically, last K kept.
+
+A checkpoint holds the drafter's weights, the optimizer's moments, the step (from which the
+epoch, the batch and the learning rate follow: batches and anchors are pure functions of
+seed, epoch and sequence id), the logs so far and the RNG states. It is resumed only when
+its fingerprint matches: same training and drafter params, same hidden states, same
+training code, same torch. Anything else starts afresh rather than continue a run that
+would not have produced these weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+
+import torch
+
+from ..io import atomic_path
+
+NAME = re.compile(r"^step-(\d{7})\.pt$")
+
+
+def fingerprint(train_params: dict, drafter_params: dict, data_index: dict) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"train": train_params, "drafter": drafter_params, "torch": torch.__version__},
+                        sort_keys=True).encode())
+    h.update(json.dumps(data_index, sort_keys=True).encode())
+    for src in sorted(Path(__file__).parent.glob("*.py")):  # the training code itself
+        h.update(src.name.encode())
+        h.update(src.read_bytes())
+    return h.hexdigest()
+
+
+def _listed(folder: Path) -> list[tuple[int, Path]]:
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := NAME.match(p.name))]
+    return sorted(found)
+
+
+def save(folder: Path, step: int, fp: str, model, optimizer, log: dict, keep: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {"fingerprint": fp, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "log": log, "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
+    path = folder / f"step-{step:07d}.pt"
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+    for _, old in _listed(folder)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def latest(folder: Path, fp: str) -> dict | None:
+    """The newest checkpoint with this fingerprint; others (a different run) are removed."""
+    for _, path in reversed(_listed(folder)):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err:  # a torn file cannot exist (atomic rename), but say so if it does
+            raise RuntimeError(f"{path}: unreadable checkpoint ({err}); delete it to start afresh") from None
+        if state.get("fingerprint") == fp:
+            return state
+        path.unlink()
+    return None
+
+
+def restore(state: dict, model, optimizer) -> None:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
