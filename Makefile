@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all preset venv test bench-client bench-dedupe bench-train metrics diff plots push pull remote clean-venv
+.PHONY: all preset venv test bench-client bench-dedupe bench-train bench-regen metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -51,6 +51,9 @@ bench-dedupe: $(TEST_STAMP)
 bench-train: $(STAMP)
 	$(BIN)/pip install -q --no-deps specforge==0.2.0
 	$(BIN)/python bench/bench_train_step.py
+
+bench-regen: $(STAMP)
+	$(BIN)/python bench/bench_regen_cache.py
 
 metrics: $(STAMP)
 	dvc metrics show

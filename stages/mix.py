@@ -33,6 +33,7 @@ def run(params) -> None:
     for w in warnings:
         print(f"warning: mix: {w}")
     mixed = mx.split(mixed, p.val_fraction, p.seed)
+    mixed, followups = mx.add_followups(mixed, p.followups, p.seed)
     if not any(r["split"] == "train" for r in mixed):
         raise ValueError("mix: no training prompts left (check mix.category_weights and the sources)")
     if p.max_eval_per_source:
@@ -53,6 +54,7 @@ def run(params) -> None:
         "by_source_after": dict(sorted(Counter(r["source"] for r in mixed).items())),
         "train_after": sum(1 for r in mixed if r["split"] == "train"),
         "val_after": sum(1 for r in mixed if r["split"] == "val"), "eval_prompts": len(evals),
+        "followups_added": sum(followups.values()), "followups_by_category": dict(sorted(followups.items())),
         "by_category_before": {c: before.get(c, 0) for c in cats},
         "by_category_after": {c: after.get(c, 0) for c in cats}, "warnings": warnings,
     })

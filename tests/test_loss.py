@@ -56,3 +56,28 @@ def test_kl_against_one_hot_teacher_is_ce():
     ce, _ = L._FusedHeadLoss.apply(rows, head, labels, w, teacher, L.LossSpec("ce"), w.sum(), torch.float64)
     kl, _ = L._FusedHeadLoss.apply(rows, head, labels, w, teacher, L.LossSpec("kl"), w.sum(), torch.float64)
     assert torch.allclose(ce, kl, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["kl", "mix"])
+def test_precomputed_top_k_teacher_equals_per_step_top_k(kind, monkeypatch):
+    """The top-k teacher computed once per sequence gives the loss and gradient of the
+    per-step path (teacher logits from the final states at every step)."""
+    monkeypatch.setattr(L, "CHUNK", 7)
+    torch.manual_seed(2)
+    n, h, v, k = 20, 16, 50, 6
+    rows = torch.randn(n, h, dtype=torch.float64, requires_grad=True)
+    head = torch.randn(v, h, dtype=torch.float64)
+    labels = torch.randint(0, v, (n,))
+    w = torch.rand(n, dtype=torch.float64) + 0.1
+    final = torch.randn(n, h, dtype=torch.float64)
+    spec = L.LossSpec(kind, kl_weight=0.4, temperature=1.5, top_k=k)
+    a, _ = L._FusedHeadLoss.apply(rows, head, labels, w, final, spec, w.sum(), torch.float64)
+    a.backward()
+    g_a = rows.grad.clone()
+    rows.grad = None
+    sparse = L.top_k_teacher(final, head, k, torch.float64)
+    assert sparse.ids.shape == (n, k)
+    b, _ = L._FusedHeadLoss.apply(rows, head, labels, w, sparse, spec, w.sum(), torch.float64)
+    b.backward()
+    assert torch.allclose(a, b, atol=1e-10)
+    assert torch.allclose(g_a, rows.grad, atol=1e-10)

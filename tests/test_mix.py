@@ -91,3 +91,27 @@ def test_mix_hits_weights_within_one_percent():
     for cat, w in weights.items():
         assert abs(got[cat] / sum(got.values()) - w / sum(weights.values())) < 0.01
     assert len({r["id"] for r in out}) == len(out)  # without replacement
+
+
+def test_followups_share_choice_and_stability():
+    from draftline.config import FollowupParams
+
+    p = FollowupParams(fraction=0.5, turns={"chat": ["Say it shorter.", "Give an example."]})
+    rows = [{"id": f"r{i}", "category": "chat" if i % 3 else "math",
+             "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(900)]
+    rows.append({"id": "two", "category": "chat", "messages": [{"role": "user", "content": "a"},
+                                                                 {"role": "user", "content": "b"}]})
+    out, added = mix.add_followups(rows, p, seed=0)
+    chat = [r for r in out[:900] if r["category"] == "chat"]
+    got = [r for r in chat if len(r["messages"]) == 2]
+    assert added == Counter({"chat": len(got)})
+    assert 0.42 < len(got) / len(chat) < 0.58
+    assert all(len(r["messages"]) == 1 for r in out[:900] if r["category"] == "math")  # no turns listed
+    assert len(out[900]["messages"]) == 2  # already multi-turn: untouched
+    assert {r["messages"][1]["content"] for r in got} == {"Say it shorter.", "Give an example."}
+    assert all(r["messages"][1]["role"] == "user" for r in got)
+    # A pure function of (seed, id): a subset of the rows gets the same choices.
+    again, _ = mix.add_followups(rows[::7], p, seed=0)
+    assert again == out[::7][: len(again)]
+    assert rows[0]["messages"] == [{"role": "user", "content": "question 0"}]  # input not mutated
+    assert mix.add_followups(rows, FollowupParams(), seed=0)[0] == rows

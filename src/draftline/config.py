@@ -122,6 +122,13 @@ class NearDedupeParams(Section):
         return self
 
 
+class FollowupParams(Section):
+    # Share of single-turn prompts (train and val) that get a second user turn.
+    fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
+    # Follow-up turns per category; a prompt of a category not listed keeps one turn.
+    turns: dict[str, list[Annotated[str, Field(min_length=1)]]] = {}
+
+
 class MixParams(Section):
     seed: int = 0
     # Near-duplicate removal (MinHash LSH) after exact dedupe.
@@ -136,6 +143,8 @@ class MixParams(Section):
     decontaminate_ngram: PositiveInt = 13
     # Eval prompts kept per eval source (null = all); benchmark takes its subset from these.
     max_eval_per_source: PositiveInt | None = None
+    # Second turns for single-turn training prompts (see draftline.mix.add_followups).
+    followups: FollowupParams = FollowupParams()
 
 
 class OpenAIParams(Section):

@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from .config import MixParams, NearDedupeParams
+from .config import FollowupParams, MixParams, NearDedupeParams
 from .near_dedupe import MinHashSettings, near_duplicates
 from .shingles import shingle_hashes, words
 
@@ -114,3 +114,23 @@ def split(rows: list[dict], val_fraction: float, seed: int) -> list[dict]:
         h = int(hashlib.sha1(f"{seed}:{r['id']}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
         out.append({**r, "split": "val" if h < val_fraction else "train"})
     return out
+
+
+def add_followups(rows: list[dict], p: FollowupParams, seed: int) -> tuple[list[dict], Counter]:
+    """Give a share of the single-turn prompts a second user turn (rewrite, explain, test...).
+
+    The target then answers turn 1 and, with its own answer in view, turn 2: the MT-Bench
+    second-turn situation, where much of the answer restates the first. A drafter learns to
+    copy from context only if its data has such turns. Which prompts, and which follow-up,
+    is a pure function of (seed, id), so adding prompts changes no earlier choice."""
+    out, added = [], Counter()
+    for r in rows:
+        users = [m for m in r["messages"] if m["role"] == "user"]
+        options = p.turns.get(r["category"], [])
+        h = hashlib.sha1(f"followup:{seed}:{r['id']}".encode()).digest()
+        if len(users) == 1 and options and int.from_bytes(h[:4], "big") / 0xFFFFFFFF < p.fraction:
+            turn = options[int.from_bytes(h[4:8], "big") % len(options)]
+            r = {**r, "messages": list(r["messages"]) + [{"role": "user", "content": turn}]}
+            added[r["category"]] += 1
+        out.append(r)
+    return out, added

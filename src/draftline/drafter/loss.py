@@ -32,9 +32,42 @@ class LossSpec:
     def needs_teacher(self) -> bool:
         return self.kind in ("kl", "mix")
 
+    @property
+    def sparse_teacher(self) -> bool:
+        """Top-k teacher: precomputed once per sequence instead of a head pass per step."""
+        return self.needs_teacher and self.top_k is not None
+
     @classmethod
     def of(cls, tp) -> "LossSpec":
         return cls(tp.loss, tp.kl_weight, tp.kl_temperature, tp.kl_top_k)
+
+
+@dataclass(frozen=True)
+class SparseTeacher:
+    """The teacher's k largest logits per row and their token ids."""
+
+    ids: torch.Tensor  # [N, k] long
+    vals: torch.Tensor  # [N, k] float
+
+    def __getitem__(self, index) -> "SparseTeacher":
+        return SparseTeacher(self.ids[index], self.vals[index])
+
+    def to(self, device) -> "SparseTeacher":
+        return SparseTeacher(self.ids.to(device), self.vals.to(device))
+
+
+def top_k_teacher(final_rows: torch.Tensor, lm_head_w: torch.Tensor, k: int,
+                  compute_dtype: torch.dtype = torch.float32) -> SparseTeacher:
+    """Top-k of lm_head(final) row by row, in chunks; the same logits the per-step path computes."""
+    acc = torch.float64 if final_rows.dtype == torch.float64 else torch.float32
+    w = lm_head_w.to(compute_dtype)
+    ids = torch.empty(final_rows.shape[0], k, dtype=torch.long, device=final_rows.device)
+    vals = torch.empty(final_rows.shape[0], k, dtype=acc, device=final_rows.device)
+    for s in range(0, final_rows.shape[0], CHUNK):
+        logits = F.linear(final_rows[s : s + CHUNK].to(compute_dtype), w).to(acc)
+        top = logits.topk(k, dim=-1)
+        vals[s : s + CHUNK], ids[s : s + CHUNK] = top.values, top.indices
+    return SparseTeacher(ids, vals)
 
 
 def _teacher_probs(t_logits: torch.Tensor, t: float, top_k: int | None):
@@ -79,13 +112,20 @@ class _FusedHeadLoss(torch.autograd.Function):
                 g.add_(probs, alpha=1 - a_kl)
             if a_kl > 0.0:
                 t = spec.temperature
-                t_logits = F.linear(teacher_rows[s:e].to(compute_dtype), wc).to(acc)
-                p, t_logp = _teacher_probs(t_logits, t, spec.top_k)
                 s_logp = torch.log_softmax(logits / t, -1)
                 # Forward KL(teacher || student), times T^2 so gradients keep their size.
-                kl = (p * (t_logp - s_logp)).sum(-1) * t * t
+                if isinstance(teacher_rows, SparseTeacher):
+                    t_ids = teacher_rows.ids[s:e]
+                    t_logp = torch.log_softmax(teacher_rows.vals[s:e].to(acc) / t, -1)
+                    p = t_logp.exp()
+                    kl = (p * (t_logp - s_logp.gather(1, t_ids))).sum(-1) * t * t
+                    g.add_(s_logp.exp_().scatter_add_(1, t_ids, -p), alpha=a_kl * t)
+                else:
+                    t_logits = F.linear(teacher_rows[s:e].to(compute_dtype), wc).to(acc)
+                    p, t_logp = _teacher_probs(t_logits, t, spec.top_k)
+                    kl = (p * (t_logp - s_logp)).sum(-1) * t * t
+                    g.add_(s_logp.exp().sub_(p), alpha=a_kl * t)
                 loss += a_kl * (kl * scale[:, 0]).sum()
-                g.add_(s_logp.exp().sub_(p), alpha=a_kl * t)
             g.mul_(scale)
             grad[s:e] = (g.to(compute_dtype) @ wc).to(rows.dtype)
         ctx.save_for_backward(grad)
@@ -106,13 +146,19 @@ def select(hidden: torch.Tensor, weights: torch.Tensor, block_size: int):
     return slots[keep].contiguous(), keep
 
 
-def block_loss(hidden, batch, lm_head_w: torch.Tensor, final_flat: torch.Tensor | None, block_size: int,
+def block_loss(hidden, batch, lm_head_w: torch.Tensor, final_flat: "torch.Tensor | SparseTeacher | None",
+               block_size: int,
                spec: LossSpec, denom: float | torch.Tensor | None = None,
                compute_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, dict]:
+    """`final_flat`: the batch's final target states [b*L, H], or their precomputed top-k
+    teacher (a SparseTeacher over the same b*L rows); None for ce."""
     rows, keep = select(hidden, batch.weights, block_size)
     w = batch.weights[keep]
     labels = batch.labels[keep]
-    teacher = final_flat[batch.teacher_rows[keep]].contiguous() if spec.needs_teacher else None
+    teacher = None
+    if spec.needs_teacher:
+        teacher = final_flat[batch.teacher_rows[keep]]
+        teacher = teacher if isinstance(teacher, SparseTeacher) else teacher.contiguous()
     if denom is None:
         denom = w.sum()
     denom = torch.as_tensor(denom, dtype=w.dtype, device=w.device).clamp_min(1e-8)

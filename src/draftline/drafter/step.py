@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from ..config import DrafterParams, TrainParams
 from . import blocks
 from .batching import anchor_generator
-from .loss import LossSpec, block_loss
+from .loss import LossSpec, SparseTeacher, block_loss, top_k_teacher
 
 
 def use_bf16(precision: str, device: torch.device = torch.device("cpu")) -> bool:
@@ -29,6 +29,32 @@ class Step:
         self.lm_head_w = lm_head_w.detach().to(device)
         self.spec = LossSpec.of(tp)
         self.bf16 = use_bf16(tp.precision, device)
+        self._teachers: dict[str, SparseTeacher] = {}  # sequence id -> its top-k teacher
+
+    def teacher(self, seq) -> SparseTeacher:
+        """Top-k teacher rows of a sequence, computed on first use and kept: a top-k KL step
+        then costs what a CE step costs (no teacher head pass per step)."""
+        if seq.id not in self._teachers:
+            with torch.no_grad():
+                self._teachers[seq.id] = top_k_teacher(
+                    seq.final.to(self.device), self.lm_head_w, self.spec.top_k,
+                    torch.bfloat16 if self.bf16 else torch.float32)
+        return self._teachers[seq.id]
+
+    def _flat_teacher(self, seqs, L: int):
+        if self.spec.sparse_teacher:
+            k = self.spec.top_k
+            ids = torch.zeros(len(seqs) * L, k, dtype=torch.long, device=self.device)
+            vals = torch.zeros(len(seqs) * L, k, device=self.device)
+            for i, s in enumerate(seqs):
+                t = self.teacher(s)
+                ids[i * L : i * L + t.ids.shape[0]] = t.ids
+                vals[i * L : i * L + t.ids.shape[0]] = t.vals
+            return SparseTeacher(ids, vals)
+        flat = torch.zeros(len(seqs) * L, seqs[0].final.shape[-1])
+        for i, s in enumerate(seqs):
+            flat[i * L : i * L + s.final.shape[0]] = s.final
+        return flat.to(self.device)
 
     def blocks(self, seqs, epoch: int, generator: torch.Generator | None = None) -> blocks.BlockBatch:
         """Anchors per sequence from (seed, epoch, id), or from `generator` (evaluation)."""
@@ -44,13 +70,7 @@ class Step:
             hidden = self.drafter(position_ids=batch.position_ids.to(dev),
                                   attention_mask=batch.attention_mask.to(dev),
                                   noise_embedding=noise, target_hidden=batch.context.to(dev))
-            final_flat = None
-            if self.spec.needs_teacher:
-                L = batch.context.shape[1]
-                final_flat = torch.zeros(len(seqs) * L, seqs[0].final.shape[-1])
-                for i, s in enumerate(seqs):
-                    final_flat[i * L : i * L + s.final.shape[0]] = s.final
-                final_flat = final_flat.to(dev)
+            final_flat = self._flat_teacher(seqs, batch.context.shape[1]) if self.spec.needs_teacher else None
             on_dev = blocks.BlockBatch(batch.context, batch.block_ids, batch.position_ids, batch.attention_mask,
                                        batch.labels.to(dev), batch.weights.to(dev), batch.teacher_rows.to(dev),
                                        batch.anchors_used)

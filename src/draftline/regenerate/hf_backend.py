@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..config import RegenerateParams
+from ..kv_cache import growing_cache
 from .answer import Answer, split_reasoning
 
 
@@ -48,6 +49,7 @@ class HFBackend:
             do_sample=sampling, temperature=p.temperature if sampling else None,
             top_p=p.top_p if sampling else None, top_k=None,
             eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
+            past_key_values=growing_cache(self.model.config),
         )
         answers = []
         for i, e in enumerate(encoded):

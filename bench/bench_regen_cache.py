@@ -1,0 +1,60 @@
+"""Batched greedy generation on the target: draftline's in-place KV cache vs transformers'
+DynamicCache, same process, same prompts, alternating rounds; outputs must be identical.
+
+    make bench-regen        # needs `make all` first (data/target/model, data/seed)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from draftline import target as tgt  # noqa: E402
+from draftline.kv_cache import growing_cache  # noqa: E402
+
+BATCH, NEW, ROUNDS = 64, 96, 2
+
+
+def main() -> None:
+    model = tgt.load_model(ROOT / "data/target/model", "float32").eval()
+    tok = tgt.load_tokenizer(ROOT / "data/target/model")
+    rows = [json.loads(line) for line in (ROOT / "data/seed/prompts.jsonl").open()][:BATCH]
+    enc = [tok.apply_chat_template(r["messages"][:1], add_generation_prompt=True, tokenize=True,
+                                   return_dict=True)["input_ids"] for r in rows]
+    width = max(map(len, enc))
+    ids = torch.zeros(len(enc), width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, e in enumerate(enc):
+        ids[i, width - len(e):] = torch.tensor(e)
+        attn[i, width - len(e):] = 1
+    kw = dict(input_ids=ids, attention_mask=attn, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
+              pad_token_id=0)
+    caches = {"DynamicCache": lambda: DynamicCache(config=model.config),
+              "draftline growing cache": lambda: growing_cache(model.config)}
+    times = {k: [] for k in caches}
+    outs = {}
+    for _ in range(ROUNDS):
+        for name, make in caches.items():
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                outs[name] = model.generate(**kw, past_key_values=make())
+            times[name].append(time.perf_counter() - t0)
+    a, b = outs.values()
+    assert torch.equal(a, b), "outputs differ"
+    base = statistics.median(times["DynamicCache"])
+    print(f"{BATCH} prompts x {NEW} new tokens, greedy, {ROUNDS} alternating rounds; outputs identical")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:24s} {BATCH * NEW / med:7.1f} tokens/s  {base / med:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
