@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all preset venv test bench-client bench-dedupe bench-train bench-regen metrics diff plots push pull remote clean-venv
+.PHONY: all preset venv test bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -54,6 +54,9 @@ bench-train: $(STAMP)
 
 bench-regen: $(STAMP)
 	$(BIN)/python bench/bench_regen_cache.py
+
+bench-tree: $(STAMP)
+	$(BIN)/python bench/bench_tree.py
 
 metrics: $(STAMP)
 	dvc metrics show

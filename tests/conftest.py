@@ -48,6 +48,30 @@ def target_model(target_dir):
     return load_model(target_dir)
 
 
+TINY_VOCAB, TINY_MASK = 6, 5
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """A 6-token Llama target and a DFlash drafter for it (block 4), both random but fixed:
+    small enough that drafts are often right, so acceptance paths of every shape occur."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from draftline.config import DrafterParams
+    from draftline.drafter.model import build_drafter, drafter_config
+
+    torch.manual_seed(3)
+    cfg = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=False)
+    target = LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    with torch.no_grad():  # spread the logits so the distributions are neither flat nor one-hot
+        target.lm_head.weight.mul_(8.0)
+    d_cfg = drafter_config(cfg, DrafterParams(num_layers=1, block_size=4), [0], TINY_MASK)
+    drafter = build_drafter(d_cfg, 1).eval()
+    return target, drafter
+
+
 @pytest.fixture(scope="session")
 def llama_servers():
     """Two llama.cpp servers on loopback, each serving the embedded SmolLM2 GGUF."""

@@ -5,28 +5,12 @@ import itertools
 import pytest
 import torch
 from scipy.stats import chisquare
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from draftline import speculative as S
-from draftline.config import DrafterParams
-from draftline.drafter.model import build_drafter, drafter_config
 
-V, MASK, T = 6, 5, 1.5
+from conftest import TINY_VOCAB as V
 
-
-@pytest.fixture(scope="module")
-def tiny():
-    """A 6-token target and a DFlash drafter for it, both random but fixed."""
-    torch.manual_seed(3)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False)
-    target = LlamaForCausalLM(cfg).eval().requires_grad_(False)
-    with torch.no_grad():  # spread the logits so the distributions are neither flat nor one-hot
-        target.lm_head.weight.mul_(8.0)
-    d_cfg = drafter_config(cfg, DrafterParams(num_layers=1, block_size=4), [0], MASK)
-    drafter = build_drafter(d_cfg, 1).eval()
-    return target, drafter
+T = 1.5
 
 
 def _exact(target, prompt: list[int], n: int) -> dict[tuple, float]:
