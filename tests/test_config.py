@@ -91,8 +91,16 @@ def test_bad_openai_values_name_the_key(params, key, value, fragment):
 def test_presets_validate_and_become_dvc_flags(tmp_path):
     from draftline.presets import flags
 
-    out = flags(ROOT / "presets" / "large.yaml", ROOT / "params.yaml")
-    assert "-S regenerate.samples_per_prompt=4" in out and "-S 'benchmark.temperatures=[0.0, 1.0]'" in out
+    import yaml
+
+    large = ROOT / "presets" / "large.yaml"
+    out = flags(large, ROOT / "params.yaml")
+    over = yaml.safe_load(large.read_text())
+    assert len(out) == sum(len(section) for section in over.values())
+    assert all(f"-S {section}.{key}=" in " ".join(out) for section, keys in over.items() for key in keys)
+    lists = tmp_path / "lists.yaml"
+    lists.write_text("benchmark: {temperatures: [0.0, 1.0]}\ntrain: {lr: 0.001}\n")
+    assert flags(lists, ROOT / "params.yaml") == ["-S 'benchmark.temperatures=[0.0, 1.0]'", "-S train.lr=0.001"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: {epochz: 3}\n")
     with pytest.raises(ParamsError, match="unknown key 'train.epochz'"):
