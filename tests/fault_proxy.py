@@ -105,6 +105,16 @@ class FaultProxy:
         self.ready.wait(10)
         return self
 
+    async def _shutdown(self) -> None:
+        # Cancel handlers still inside an injected delay and let them finish on the running
+        # loop; stopping it under them leaves coroutines that fail when collected.
+        self.server.close()
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        self.loop.stop()
+
     def __exit__(self, *exc):
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop)
         self.thread.join(5)
