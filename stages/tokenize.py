@@ -17,9 +17,21 @@ OUT = Path("data/tokens/train.parquet")
 METRICS = Path("data/metrics/tokenize.json")
 
 
+def sequence_id(row: dict) -> str:
+    """One id per training sequence. With regenerate.samples_per_prompt > 1 a prompt has
+    several answers; extract, the per-sequence teacher cache and the anchor draws key on
+    this id, so extra samples get a suffix (sample 0 keeps the prompt's id)."""
+    return f"{row['id']}~{row['sample']}" if row.get("sample") else row["id"]
+
+
 def run(params) -> None:
     tok = tgt.load_tokenizer(MODEL)
     rows = read_parquet(ANSWERS)
+    seen: set[str] = set()
+    for r in rows:
+        if (sid := sequence_id(r)) in seen:
+            raise ValueError(f"tokenize: answer {sid!r} appears twice in {ANSWERS}")
+        seen.add(sid)
     out, dropped, truncated = [], 0, 0
     for r in rows:
         enc = encode(tok, r["messages"], r["finish_reason"], params.tokenize.max_length)
@@ -28,7 +40,7 @@ def run(params) -> None:
         if sum(enc.loss_mask) < 2:
             dropped += 1
             continue
-        out.append({"id": r["id"], "split": r["split"], "input_ids": enc.input_ids, "loss_mask": enc.loss_mask})
+        out.append({"id": sequence_id(r), "split": r["split"], "input_ids": enc.input_ids, "loss_mask": enc.loss_mask})
     if not out:
         raise ValueError(f"tokenize: every one of {len(rows)} rows has no supervised token")
     write_parquet(OUT, out)

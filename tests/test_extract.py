@@ -1,5 +1,6 @@
 """Stored hidden states are the target's own, and lm_head(final) gives its logits."""
 
+import pytest
 import torch
 
 from draftline.extract import batches_by_length, extract
@@ -61,3 +62,11 @@ def test_teacher_distribution_equals_target_logits(tmp_path, target_dir, target_
     kl = (p * (logp - ref)).sum(-1)
     assert kl.max() < 0.02  # bf16 storage of the final state is the only difference
     assert (p.argmax(-1) == logits.argmax(-1)).float().mean() >= 0.97
+
+
+def test_a_repeated_sequence_id_is_refused(tmp_path):
+    w = ShardWriter(tmp_path, 1000, {})
+    t = torch.zeros(3, 4)
+    w.add("a", "train", t, t, torch.zeros(3, dtype=torch.long), torch.ones(3))
+    with pytest.raises(ValueError, match="sequence id 'a' appears twice"):
+        w.add("a", "train", t, t, torch.zeros(3, dtype=torch.long), torch.ones(3))

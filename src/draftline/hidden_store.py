@@ -26,11 +26,15 @@ class ShardWriter:
     def __init__(self, folder: Path, shard_tokens: int, meta: dict):
         self.folder, self.shard_tokens, self.meta = folder, shard_tokens, meta
         self.rows: list[dict] = []
+        self._ids: set[str] = set()
         self.buf: dict[str, list[torch.Tensor]] = {"context": [], "final": [], "input_ids": [], "loss_mask": []}
         self.buffered = 0
         self.shards: list[str] = []
 
     def add(self, row_id: str, split: str, context, final, input_ids, loss_mask) -> None:
+        if row_id in self._ids:  # readers key sequences by id: a repeat would alias two of them
+            raise ValueError(f"extract: sequence id {row_id!r} appears twice")
+        self._ids.add(row_id)
         n = int(input_ids.shape[0])
         self.rows.append({"id": row_id, "split": split, "shard": len(self.shards),
                           "offset": self.buffered, "length": n,
