@@ -2,7 +2,7 @@
 
     python -m stages.regenerate   # writes data/regen/{answers,errors}.parquet, data/metrics/regenerate.json
 
-Resumable: finished rows go to shards under data/regen/work/ keyed by a content hash;
+Resumable: finished rows go to shards under data/regen_work/ keyed by a content hash;
 a rerun after a kill (SIGKILL included) skips them, and a rerun after a params change
 that does not touch generation reuses the previous answers. Rows that fail after retries
 go to errors.parquet with their reason; the stage fails when they pass
@@ -25,7 +25,9 @@ OUT = Path("data/regen")
 ANSWERS = OUT / "answers.parquet"
 DROPPED = OUT / "dropped.parquet"  # length-truncated rows, when drop_truncated is set
 ERRORS = OUT / "errors.parquet"
-WORK = OUT / "work"
+# Resume shards live outside the stage's DVC output: `dvc exp run` restores data/regen to
+# the baseline's before it runs, which would delete an interrupted experiment's shards.
+WORK = Path("data/regen_work")
 LOGS = Path("logs/regenerate")  # launched servers' output (secrets masked); not an artifact
 METRICS = Path("data/metrics/regenerate.json")
 ERROR_SCHEMA = ["key", "id", "source", "sample", "kind", "reason", "attempts"]

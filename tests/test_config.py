@@ -43,12 +43,23 @@ def test_unknown_section_is_named(params):
     ("regenerate", "max_error_rate", 1.5, "regenerate.max_error_rate"),
     ("mix", "near_dedupe", {"num_perm": 100, "bands": 32}, "mix.near_dedupe"),
     ("mix", "near_dedupe", {"threshold": 0}, "mix.near_dedupe.threshold"),
+    ("benchmark", "tree_budgets", [0], "benchmark.tree_budgets.0"),
 ])
 def test_bad_values_name_the_key(params, section, key, value, fragment):
     bad = copy.deepcopy(params)
     bad[section][key] = value
     with pytest.raises(ParamsError, match=fragment.replace(".", r"\.")):
         parse_params(bad)
+
+
+@pytest.mark.parametrize("bench,fragment", [
+    ({"tree_budgets": [8, 8]}, "tree_budgets: repeated budget"),
+    ({"tree_budgets": [8], "temperatures": [0.7]}, "tree_budgets: draft trees are greedy only"),
+])
+def test_bad_tree_budgets_are_named(params, bench, fragment):
+    params["benchmark"].update(bench)
+    with pytest.raises(ParamsError, match=r"benchmark.*" + fragment):
+        parse_params(params)
 
 
 def test_source_without_path_is_rejected(params):

@@ -68,7 +68,7 @@ def test_full_run_produces_every_output(repo):
               "data/plots/mix.tsv", "data/plots/train_steps.tsv", "data/plots/acceptance.tsv",
               "data/plots/acceptance_by_position.tsv", "data/plots/train_eval.tsv"]:
         assert (repo / f).exists(), f
-    assert not (repo / "data/regen/work").exists()  # resume shards are cleared when done
+    assert not (repo / "data/regen_work").exists()  # resume shards are cleared when done
     info = json.loads((repo / "data/target/info.json").read_text())
     assert info["num_hidden_layers"] == 30 and info["target_layer_ids"] == [15]
     index = json.loads((repo / "data/hidden/index.json").read_text())
@@ -81,8 +81,10 @@ def test_full_run_produces_every_output(repo):
     assert bench["mismatches"] == 0 and bench["prompts"] == 2 and bench["requests"] == 3 and bench["tau"] >= 1.0
     for src in ("humaneval", "mtbench", "all"):
         entry = bench["greedy"][src]
-        assert {"dflash", "untrained", "prompt_lookup", "target_tokens_per_second"} <= set(entry)
+        assert {"dflash", "untrained", "prompt_lookup", "tree_4", "target_tokens_per_second"} <= set(entry)
         assert len(entry["dflash"]["position_acceptance"]) == 3 and entry["dflash"]["speedup"] > 0
+        assert 1 <= entry["tree_4"]["nodes_per_step"] <= 4 and 0 <= entry["tree_4"]["off_chain_steps"] <= 1
+    assert bench["tau_tree_4"] == bench["greedy"]["all"]["tree_4"]["tau"] >= 1.0
     assert bench["greedy"]["mtbench"]["requests"] == 2
     metrics = _run("dvc metrics show --json", repo).stdout
     assert "tau" in metrics and "train_loss" in metrics

@@ -160,7 +160,7 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_same_keys(llama_servers, tmp
     full = _stage_dir(tmp_path / "full", llama_servers, {}, rows)
     _stage(full)
     killed = _stage_dir(tmp_path / "killed", llama_servers, {}, rows)
-    work = killed / "data/regen/work"
+    work = killed / "data/regen_work"
     for kill_after_shards in (1, 4):  # two kills at different points, then a clean finish
         proc = _stage(killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 120

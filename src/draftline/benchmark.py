@@ -3,9 +3,10 @@
 Requests: the first `prompts_per_source` prompts of every eval source, each user turn of
 a multi-turn prompt (MT-Bench has two) a request of its own; a later turn follows the
 target's own greedy answer to the earlier ones. Methods, all on the same requests and in
-the same process: the target alone, the trained drafter, and the baselines (an untrained
-drafter of the same architecture, transformers' n-gram prompt lookup). At temperature 0
-every method's output must equal the target's greedy output token for token.
+the same process: the target alone, the trained drafter, the baselines (an untrained
+drafter of the same architecture, transformers' n-gram prompt lookup) and, greedy only,
+draft trees from the trained drafter's pass (`tree_<budget>`). At temperature 0 every
+method's output must equal the target's greedy output token for token.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from .config import BenchmarkParams
 from .progress import bar
 from .speculative import Decoded, histogram, plain, position_acceptance, prompt_lookup, speculative, tau
+from .tree_speculative import tree_speculative
 
 
 class BenchmarkFailure(RuntimeError):
@@ -88,6 +90,9 @@ def _run(method: str, model, target, req: Request, bp: BenchmarkParams, stop_ids
         return plain(target, req.input_ids, bp.max_new_tokens, stop_ids, temperature, gen)
     if method == "prompt_lookup":
         return prompt_lookup(target, req.input_ids, bp.max_new_tokens, stop_ids, block_size - 1)
+    if method.startswith("tree_"):
+        return tree_speculative(model, target, req.input_ids, bp.max_new_tokens, stop_ids,
+                                budget=int(method.removeprefix("tree_")), block_size=block_size)
     return speculative(model, target, req.input_ids, bp.max_new_tokens, stop_ids, block_size, temperature, gen)
 
 
@@ -100,6 +105,10 @@ def _summary(decs: list[Decoded], plain_decs: list[Decoded], block_size: int, wi
     if with_steps:
         out["histogram"] = histogram(acc, block_size)
         out["position_acceptance"] = position_acceptance(acc, block_size)
+    nodes = [n for d in decs for n in getattr(d, "nodes_verified", [])]
+    if nodes:  # a tree: its verify width, and how often it won a path the chain lacked
+        out["nodes_per_step"] = statistics.mean(nodes)
+        out["off_chain_steps"] = sum(d.off_chain_steps for d in decs) / len(nodes)
     return out
 
 
@@ -110,19 +119,22 @@ def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: Benchmar
     if not requests:
         raise BenchmarkFailure("benchmark: no eval prompts (check the eval sources in download.sources)")
     methods = ["target", "dflash"] + [b for b in bp.baselines if b == "prompt_lookup" or b in drafters]
+    trees = [f"tree_{b}" for b in bp.tree_budgets]
+    methods += trees
     # Warm up kernels and allocator once so the first request's timing is not an outlier.
     for m in methods:
-        _run(m, drafters.get(m), target, requests[0], bp.model_copy(update={"max_new_tokens": 8}), stop_ids, 0.0,
+        _run(m, drafters.get(m, drafters["dflash"]), target, requests[0], bp.model_copy(update={"max_new_tokens": 8}), stop_ids, 0.0,
              block_size, torch.Generator().manual_seed(0))
     rows, results = [], {}
     mismatches = 0
-    runs = [(T, m) for T in bp.temperatures for m in methods if not (T > 0 and m == "prompt_lookup")]
+    # prompt lookup and trees are greedy methods
+    runs = [(T, m) for T in bp.temperatures for m in methods if T == 0 or (m != "prompt_lookup" and m not in trees)]
     pb = bar(len(runs) * len(requests), "benchmark", unit="decode")
     for i, req in enumerate(requests):
         reference = None
         for T, m in runs:
             gen = torch.Generator().manual_seed(bp.seed * 1_000_003 + i)  # same seed for every method
-            d = _run(m, drafters.get(m), target, req, bp, stop_ids, T, block_size, gen)
+            d = _run(m, drafters.get(m, drafters["dflash"]), target, req, bp, stop_ids, T, block_size, gen)
             results.setdefault((T, m), []).append((req, d))
             row = {"source": req.source, "id": req.id, "turn": req.turn, "temperature": T, "method": m,
                    "prompt_tokens": int(req.input_ids.shape[1]), "tokens": len(d.tokens),
@@ -158,4 +170,6 @@ def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: Benchmar
     head = metrics["greedy" if 0.0 in bp.temperatures else key]["all"]["dflash"]
     metrics["tau"] = head["tau"]
     metrics["speedup"] = head["speedup"]
+    for m in trees:
+        metrics[f"tau_{m}"] = metrics["greedy"]["all"][m]["tau"]
     return metrics, rows

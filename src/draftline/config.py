@@ -295,7 +295,19 @@ class BenchmarkParams(Section):
     # Sampling temperatures: 0 = greedy (output checked token for token against plain
     # greedy decoding); > 0 = speculative sampling with lossless rejection sampling.
     temperatures: list[Annotated[float, Field(ge=0)]] = Field(default_factory=lambda: [0.0], min_length=1)
+    # Draft trees from the same drafter pass, greedy only (draftline.tree_speculative): each
+    # budget is the number of drafted nodes the target verifies per step (the chain verifies
+    # block_size - 1). Reported beside the chain as method `tree_<budget>`.
+    tree_budgets: list[PositiveInt] = []
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _trees_need_greedy(self) -> "BenchmarkParams":
+        if self.tree_budgets and 0.0 not in self.temperatures:
+            raise ValueError("tree_budgets: draft trees are greedy only; add 0 to temperatures")
+        if len(set(self.tree_budgets)) != len(self.tree_budgets):
+            raise ValueError(f"tree_budgets: repeated budget in {self.tree_budgets}")
+        return self
 
 
 class Params(Section):
