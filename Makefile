@@ -54,6 +54,7 @@ bench-train: $(STAMP)
 
 bench-regen: $(STAMP)
 	$(BIN)/python bench/bench_regen_cache.py
+	$(BIN)/python bench/bench_regen_sampling.py
 
 bench-tree: $(STAMP)
 	$(BIN)/python bench/bench_tree.py

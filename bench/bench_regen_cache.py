@@ -23,10 +23,11 @@ from draftline.kv_cache import growing_cache  # noqa: E402
 BATCH, NEW, ROUNDS = 64, 96, 2
 
 
-def main() -> None:
+def seed_batch(n: int):
+    """The target (after `make all`) and the first n seed prompts, left-padded into one batch."""
     model = tgt.load_model(ROOT / "data/target/model", "float32").eval()
     tok = tgt.load_tokenizer(ROOT / "data/target/model")
-    rows = [json.loads(line) for line in (ROOT / "data/seed/prompts.jsonl").open()][:BATCH]
+    rows = [json.loads(line) for line in (ROOT / "data/seed/prompts.jsonl").open()][:n]
     enc = [tok.apply_chat_template(r["messages"][:1], add_generation_prompt=True, tokenize=True,
                                    return_dict=True)["input_ids"] for r in rows]
     width = max(map(len, enc))
@@ -35,6 +36,11 @@ def main() -> None:
     for i, e in enumerate(enc):
         ids[i, width - len(e):] = torch.tensor(e)
         attn[i, width - len(e):] = 1
+    return model, ids, attn
+
+
+def main() -> None:
+    model, ids, attn = seed_batch(BATCH)
     kw = dict(input_ids=ids, attention_mask=attn, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
               pad_token_id=0)
     caches = {"DynamicCache": lambda: DynamicCache(config=model.config),

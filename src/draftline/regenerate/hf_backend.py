@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import torch
+from transformers import LogitsProcessorList
 
 from ..config import RegenerateParams
 from ..kv_cache import growing_cache
 from .answer import Answer, split_reasoning
+from .sampler import NucleusSampler
 
 
 class HFBackend:
@@ -41,13 +43,14 @@ class HFBackend:
             input_ids[i, width - len(e):] = torch.tensor(e)
             attn[i, width - len(e):] = 1
         p = self.params
-        sampling = p.temperature > 0
-        if sampling:
-            torch.manual_seed(seed)
+        # Sampling draws inside NucleusSampler (the cost of transformers' own top-p is in its
+        # module doc), so generate always runs its greedy path.
+        processors = LogitsProcessorList()
+        if p.temperature > 0:
+            processors.append(NucleusSampler(p.temperature, p.top_p, torch.Generator().manual_seed(seed)))
         out = self.model.generate(
             input_ids=input_ids, attention_mask=attn, max_new_tokens=p.max_new_tokens,
-            do_sample=sampling, temperature=p.temperature if sampling else None,
-            top_p=p.top_p if sampling else None, top_k=None,
+            do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=processors,
             eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
             past_key_values=growing_cache(self.model.config),
         )
