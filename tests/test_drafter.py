@@ -27,7 +27,7 @@ def trained(tmp_path_factory, target_model, tokenizer):
     """A drafter trained briefly on the target's own answers to PROMPTS."""
     dp = DrafterParams(num_layers=1, block_size=4)
     backend = HFBackend(target_model, tokenizer, RegenerateParams(max_new_tokens=40), [tokenizer.eos_token_id])
-    convs = converse(backend, [[{"role": "user", "content": p}] for p in PROMPTS], 0)
+    convs = converse(backend, [[{"role": "user", "content": p}] for p in PROMPTS], [0] * len(PROMPTS))
     rows = []
     for i, (conv, answers) in enumerate(convs):
         e = encode(tokenizer, conv, [a.finish_reason for a in answers], 256)

@@ -30,7 +30,7 @@ def test_nucleus_equals_transformers_warpers(top_p, candidates):
 
 def test_draws_follow_the_nucleus_distribution():
     logits = torch.tensor([[2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0]]).repeat(20000, 1)
-    sampler = NucleusSampler(0.8, 0.9, torch.Generator().manual_seed(1), candidates=4)
+    sampler = NucleusSampler(0.8, 0.9, list(range(20000)), candidates=4)
     scores = sampler(None, logits)
     drawn = scores.argmax(-1)
     assert torch.isfinite(scores).sum(-1).eq(1).all()  # exactly one finite score per row
@@ -44,9 +44,11 @@ def test_draws_follow_the_nucleus_distribution():
 
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="temperature > 0"):
-        NucleusSampler(0.0, 0.9, torch.Generator())
+        NucleusSampler(0.0, 0.9, [0])
     with pytest.raises(ValueError, match="top_p"):
-        NucleusSampler(0.7, 0.0, torch.Generator())
+        NucleusSampler(0.7, 0.0, [0])
+    with pytest.raises(ValueError, match="1 seeds for a batch of 2"):
+        NucleusSampler(0.7, 0.9, [0])(None, torch.zeros(2, 10))
 
 
 def test_sampled_generation_is_seeded_and_stops_at_eos(target_model, tokenizer):
@@ -57,6 +59,10 @@ def test_sampled_generation_is_seeded_and_stops_at_eos(target_model, tokenizer):
     a, b, c = backend.generate(convs, seed=5), backend.generate(convs, seed=5), backend.generate(convs, seed=6)
     assert [x.text for x in a] == [x.text for x in b]
     assert [x.text for x in a] != [x.text for x in c]
+    # A row's sample depends on its own seed, not on the batch it shares.
+    mixed = backend.generate(convs, seed=[6, 5])
+    alone = backend.generate(convs[1:], seed=[5])
+    assert mixed[0].text == c[0].text and mixed[1].text == a[1].text == alone[0].text
     for ans in a:
         assert ans.text.strip()
         assert ans.completion_tokens <= 24 if ans.finish_reason == "stop" else ans.completion_tokens == 24

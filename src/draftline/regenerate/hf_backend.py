@@ -34,7 +34,9 @@ class HFBackend:
         return out
 
     @torch.inference_mode()
-    def generate(self, conversations: list[list[dict]], seed: int) -> list[Answer]:
+    def generate(self, conversations: list[list[dict]], seed: int | list[int]) -> list[Answer]:
+        """seed: one for all conversations, or one each (used only when sampling)."""
+        seeds = [seed] * len(conversations) if isinstance(seed, int) else list(seed)
         encoded = self._encode(conversations)
         width = max(len(e) for e in encoded)
         input_ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
@@ -47,7 +49,7 @@ class HFBackend:
         # module doc), so generate always runs its greedy path.
         processors = LogitsProcessorList()
         if p.temperature > 0:
-            processors.append(NucleusSampler(p.temperature, p.top_p, torch.Generator().manual_seed(seed)))
+            processors.append(NucleusSampler(p.temperature, p.top_p, seeds))
         out = self.model.generate(
             input_ids=input_ids, attention_mask=attn, max_new_tokens=p.max_new_tokens,
             do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=processors,

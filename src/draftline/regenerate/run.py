@@ -36,14 +36,15 @@ def next_turns(prompts: list[list[dict]], convs: list[list[dict]], cursor: list[
     return active
 
 
-def converse(backend, prompts: list[list[dict]], seed: int) -> list[tuple[list[dict], list[Answer]]]:
+def converse(backend, prompts: list[list[dict]], seeds: list[int]) -> list[tuple[list[dict], list[Answer]]]:
     """Answer a batch of conversations one user turn at a time, feeding back the target's
-    own previous answers: the history the target sees at inference, not someone else's."""
+    own previous answers: the history the target sees at inference, not someone else's.
+    seeds: one per prompt, the same for each of its turns."""
     convs: list[list[dict]] = [[] for _ in prompts]
     answers: list[list[Answer]] = [[] for _ in prompts]
     cursor = [0] * len(prompts)
     while active := next_turns(prompts, convs, cursor):
-        got = backend.generate([convs[i] for i in active], seed)
+        got = backend.generate([convs[i] for i in active], [seeds[i] for i in active])
         for i, a in zip(active, got):
             convs[i].append({"role": "assistant", "content": a.text})
             answers[i].append(a)
@@ -121,7 +122,7 @@ class HFDriver:
         for b in range(0, len(todo), self.batch_size):
             part = todo[b : b + self.batch_size]
             for job, (conv, answers) in zip(part, converse(self.backend, [j.row["messages"] for j in part],
-                                                           part[0].seed)):
+                                                           [j.seed for j in part])):
                 calls += len(answers)
                 w.add(make_row(job, conv, answers, settings))
         return {"requests": calls}

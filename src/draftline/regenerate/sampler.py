@@ -48,19 +48,27 @@ def nucleus_probs(logits: torch.Tensor, temperature: float, top_p: float,
 
 
 class NucleusSampler(LogitsProcessor):
-    """Draws each row's next token; pass with `do_sample=False` (see the module doc)."""
+    """Draws each row's next token; pass with `do_sample=False` (see the module doc).
 
-    def __init__(self, temperature: float, top_p: float, generator: torch.Generator, candidates: int = 1024):
+    One seed per row: a row's draws depend on its own seed and logits only, not on which
+    rows share its batch, so a resumed run (whose batches differ) samples as an
+    uninterrupted one would."""
+
+    def __init__(self, temperature: float, top_p: float, seeds: list[int], candidates: int = 1024):
         if not temperature > 0:
             raise ValueError(f"NucleusSampler needs temperature > 0, got {temperature}")
         if not 0 < top_p <= 1:
             raise ValueError(f"NucleusSampler needs 0 < top_p <= 1, got {top_p}")
-        self.temperature, self.top_p, self.gen, self.candidates = temperature, top_p, generator, candidates
+        self.temperature, self.top_p, self.candidates = temperature, top_p, candidates
+        # CPU generators: a seed draws the same tokens on any device.
+        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if scores.shape[0] != len(self.gens):
+            raise ValueError(f"NucleusSampler has {len(self.gens)} seeds for a batch of {scores.shape[0]}")
         ids, probs = nucleus_probs(scores, self.temperature, self.top_p, self.candidates)
-        # The generator lives on the CPU so that a seed draws the same tokens on any device.
-        pick = torch.multinomial(probs.cpu(), 1, generator=self.gen).to(ids.device)
-        token = ids.gather(-1, pick)
+        probs = probs.cpu()
+        pick = torch.stack([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(self.gens)])
+        token = ids.gather(-1, pick.to(ids.device))
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(-1, token, 0.0)
