@@ -55,6 +55,7 @@ bench-train: $(STAMP)
 bench-regen: $(STAMP)
 	$(BIN)/python bench/bench_regen_cache.py
 	$(BIN)/python bench/bench_regen_sampling.py
+	$(BIN)/python bench/bench_batch_dtype.py
 
 bench-tree: $(STAMP)
 	$(BIN)/python bench/bench_tree.py

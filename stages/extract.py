@@ -9,6 +9,7 @@ from draftline import target as tgt
 from draftline.extract import extract
 from draftline.hidden_store import ShardWriter
 from draftline.io import atomic_path, read_parquet, write_json
+from draftline.precision import batch_dtype
 
 from ._run import main
 
@@ -22,7 +23,8 @@ METRICS = Path("data/metrics/extract.json")
 def run(params) -> None:
     info = tgt.TargetInfo.load(INFO)
     rows = read_parquet(TOKENS)
-    model = tgt.load_model(MODEL, info.dtype)
+    dtype = batch_dtype(params.extract.dtype, info.dtype)
+    model = tgt.load_model(MODEL, dtype)
     tok = tgt.load_tokenizer(MODEL)
     pad = tok.pad_token_id if tok.pad_token_id is not None else info.eos_token_ids[0]
     meta = {"target_layer_ids": info.target_layer_ids, "hidden_size": info.hidden_size,
@@ -31,7 +33,7 @@ def run(params) -> None:
         tmp.mkdir(parents=True)
         writer = ShardWriter(tmp, params.extract.shard_tokens, meta)
         stats = extract(model, rows, info.target_layer_ids, writer, params.extract.batch_tokens, pad)
-    write_json(METRICS, stats)
+    write_json(METRICS, {**stats, "compute_dtype": dtype})
     print(f"extract: {stats['tokens']} tokens in {stats['shards']} shard(s), {stats['tokens_per_second']} tok/s")
 
 

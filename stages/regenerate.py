@@ -14,6 +14,7 @@ from pathlib import Path
 
 from draftline import target as tgt
 from draftline.io import read_parquet, write_json, write_parquet
+from draftline.precision import batch_dtype
 from draftline.regenerate.run import HFDriver, regenerate
 from draftline.regenerate.store import ShardStore, target_fingerprint
 
@@ -41,11 +42,15 @@ def _driver(params):
         return OpenAIDriver(p, LOGS)
     from draftline.regenerate.hf_backend import HFBackend
 
-    model = tgt.load_model(MODEL, params.target.dtype)
+    model = tgt.load_model(MODEL, _hf_dtype(params))
     tok = tgt.load_tokenizer(MODEL)
     eos = model.generation_config.eos_token_id
     eos_ids = sorted({*(eos if isinstance(eos, list) else [eos]), tok.eos_token_id} - {None})
     return HFDriver(HFBackend(model, tok, p, eos_ids), p.batch_size)
+
+
+def _hf_dtype(params) -> str:
+    return batch_dtype(params.regenerate.dtype, params.target.dtype)
 
 
 def _write_errors(errors: list[dict]) -> None:
@@ -60,7 +65,8 @@ def run(params) -> None:
     p = params.regenerate
     rows = read_parquet(PROMPTS)
     total = len(rows) * p.samples_per_prompt
-    out = regenerate(rows, _driver(params), p, target_fingerprint(MODEL), WORK, finished=[ANSWERS, DROPPED])
+    target_fp = target_fingerprint(MODEL, None if p.backend == "openai" else _hf_dtype(params))
+    out = regenerate(rows, _driver(params), p, target_fp, WORK, finished=[ANSWERS, DROPPED])
     answers, errors = out.rows, out.errors
     truncated = [a for a in answers if "length" in a["finish_reason"]]
     kept = [a for a in answers if not (p.drop_truncated and "length" in a["finish_reason"])]
@@ -72,6 +78,7 @@ def run(params) -> None:
     metrics = {
         "rows": len(kept), "rows_answered": len(answers), "prompts": len(rows),
         "samples_per_prompt": p.samples_per_prompt,
+        "compute_dtype": _hf_dtype(params) if p.backend == "hf" else None,
         "completion_tokens": sum(toks), "prompt_tokens": sum(a["prompt_tokens"] for a in answers),
         "mean_completion_tokens": round(sum(toks) / max(len(toks), 1), 1),
         "truncated_rows": len(truncated), "dropped_truncated": len(answers) - len(kept),

