@@ -41,6 +41,27 @@ def _keep(cache: DynamicCache, length: int) -> None:
         cache.crop(-extra)  # transformers 5 takes the number of tokens to remove, negated
 
 
+class LazyArgmax:
+    """The target's greedy choice after each verify row, running the LM head only on the
+    rows asked for. Greedy verification reads rows up to the first rejection, about 1.3 of a
+    block's 4 at CPU acceptance rates, and on a CPU the head over 4 rows costs twice one
+    row (skinny fp32 GEMMs), so this takes ~5 ms off every step (bench/RESULTS.md)."""
+
+    def __init__(self, head, hidden: torch.Tensor):
+        self.head, self.hidden, self.done = head, hidden, {}
+
+    def __getitem__(self, i: int) -> int:
+        if i not in self.done:
+            self.done[i] = int(self.head(self.hidden[i : i + 1]).argmax(-1))
+        return self.done[i]
+
+
+def verify_greedy(target, ids: torch.Tensor, **kw):
+    """One target pass over the verify rows without the LM head: (lazy argmax, outputs)."""
+    out = target.base_model(ids, use_cache=True, **kw)
+    return LazyArgmax(target.get_output_embeddings(), out.last_hidden_state[0]), out
+
+
 def _stop_cut(tokens: list[int], stop: set[int]) -> int | None:
     for i, t in enumerate(tokens):
         if t in stop:
@@ -143,19 +164,20 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
                 q = probs_at(logits, temperature).cpu()
                 block[1:] = _draw(q, gen).tolist()
         verify_pos = torch.arange(start, start + size, device=dev)[None]
-        out = target(torch.tensor([block], device=dev), position_ids=verify_pos,
-                     past_key_values=cache, use_cache=True, output_hidden_states=size > 1)
+        verify = dict(position_ids=verify_pos, past_key_values=cache, output_hidden_states=size > 1)
         if temperature == 0:
-            choice = out.logits[0].argmax(-1).tolist()
+            choice, out = verify_greedy(target, torch.tensor([block], device=dev), **verify)
             acc = 0
             while acc < size - 1 and block[acc + 1] == choice[acc]:
                 acc += 1
             nxt = choice[acc]
-        elif size > 1:
-            p = probs_at(out.logits[0], temperature).cpu()
-            acc, nxt = rejection_sample(torch.tensor(block[1:]), p, q, gen)
         else:
-            acc, nxt = 0, int(_draw(probs_at(out.logits[0, -1], temperature).cpu(), gen))
+            out = target(torch.tensor([block], device=dev), use_cache=True, **verify)
+            p = probs_at(out.logits[0], temperature).cpu()
+            if size > 1:
+                acc, nxt = rejection_sample(torch.tensor(block[1:]), p, q, gen)
+            else:
+                acc, nxt = 0, int(_draw(p[-1], gen))
         new = block[1 : acc + 1] + [nxt]
         produced = min(acc + 1, max_len - start - 1)
         cut = _stop_cut(new[:produced], stop)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .speculative import Decoded, _features, _keep, _stop_cut
+from .speculative import Decoded, _features, _keep, _stop_cut, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -155,9 +155,8 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
             argmax = logp.argmax(-1).tolist()
         ids = torch.tensor([[seq[start], *tree.tokens]], device=dev)
         positions = torch.tensor([[start, *(start + d for d in tree.depths)]], device=dev)
-        out = target(ids, position_ids=positions, past_key_values=cache, use_cache=True,
-                     attention_mask=tree_mask(tree, start, dtype, dev), output_hidden_states=depth > 0)
-        choice = out.logits[0].argmax(-1).tolist()
+        choice, out = verify_greedy(target, ids, position_ids=positions, past_key_values=cache,
+                                    attention_mask=tree_mask(tree, start, dtype, dev), output_hidden_states=depth > 0)
         path = walk(tree, choice)
         if any(tree.tokens[i] != argmax[tree.depths[i] - 1] for i in path):
             off_chain += 1  # a path the chain decoder would have missed
