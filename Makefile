@@ -59,6 +59,7 @@ bench-regen: $(STAMP)
 
 bench-tree: $(STAMP)
 	$(BIN)/python bench/bench_tree.py
+	$(BIN)/python bench/bench_verify_head.py
 
 metrics: $(STAMP)
 	dvc metrics show
