@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from draftline import mix as mx
+from draftline.heldout import eval_order
 from draftline.io import read_parquet, write_json, write_parquet, write_tsv
 
 from ._run import main
@@ -38,7 +39,7 @@ def run(params) -> None:
         raise ValueError("mix: no training prompts left (check mix.category_weights and the sources)")
     if p.max_eval_per_source:
         by_src: dict[str, list] = {}
-        for r in sorted(evals, key=lambda r: r["id"]):
+        for r in sorted(evals, key=eval_order):
             by_src.setdefault(r["source"], []).append(r)
         evals = [r for v in by_src.values() for r in v[: p.max_eval_per_source]]
     after = Counter(r["category"] for r in mixed)

@@ -17,7 +17,10 @@ def params():
 def test_default_params_are_valid():
     p = load_params(ROOT / "params.yaml")
     assert p.drafter.block_size >= 2
-    assert {s.role for s in p.download.sources} == {"train", "eval"}
+    assert {s.role for s in p.download.sources} <= {"train", "eval", "split"}
+    # every benchmark source keeps prompts out of training for the benchmark to score
+    assert all(s.role == "eval" or (s.role == "split" and s.holdout >= p.benchmark.prompts_per_source)
+               for s in p.download.sources if s.kind in ("humaneval", "mtbench"))
 
 
 def test_unknown_key_is_named(params):

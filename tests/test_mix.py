@@ -48,6 +48,13 @@ def test_mix_warns_when_category_is_short():
     assert len(warns) == 1 and "coding" in warns[0]
 
 
+def test_category_without_prompts_is_left_out_with_a_warning():
+    rows = [_row(i, f"c{i}", "coding") for i in range(30)] + [_row(100 + i, f"m{i}", "math") for i in range(10)]
+    out, warns = mix.mix_by_category(rows, MixParams(category_weights={"coding": 1, "math": 1, "humaneval": 2}))
+    assert Counter(r["category"] for r in out) == {"coding": 10, "math": 10}
+    assert warns == ["category 'humaneval' has no prompts; left out of the mix"]
+
+
 def test_split_is_stable():
     rows = [_row(i, f"t{i}") for i in range(400)]
     a = mix.split(rows, 0.1, 0)

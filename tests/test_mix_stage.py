@@ -3,6 +3,7 @@ a report that says what each step removed, per source and per category."""
 
 import json
 
+import pyarrow.parquet as pq
 import yaml
 
 from draftline.config import parse_params
@@ -15,11 +16,14 @@ from conftest import ROOT
 
 def _raw_rows():
     rows, _ = load_source(SourceParams(name="seed", kind="local", path=str(ROOT / "data/seed/prompts.jsonl")))
-    he, _ = load_source(SourceParams(name="humaneval", kind="humaneval", role="eval"))
+    # as in params.yaml: HumanEval's first 8 prompts held out, the rest training prompts
+    he, _ = load_source(SourceParams(name="humaneval", kind="humaneval", role="split", holdout=8,
+                                     category="humaneval"))
     # a planted near-duplicate, and a training prompt that copies a benchmark prompt
     first = rows[0]["messages"][0]["content"]
     rows.append({**rows[0], "id": "seed-near", "messages": [{"role": "user", "content": first.upper() + " please"}]})
-    rows.append({**rows[0], "id": "seed-leak", "category": "coding", "messages": he[0]["messages"]})
+    held = next(r for r in he if r["role"] == "eval")
+    rows.append({**rows[0], "id": "seed-leak", "category": "coding", "messages": held["messages"]})
     return rows + he
 
 
@@ -41,8 +45,12 @@ def test_mix_is_byte_identical_and_reports(tmp_path, monkeypatch):
     b = _run_mix(tmp_path / "b", monkeypatch, params)
     assert a == b
     m = json.loads(a["data/metrics/mix.json"])
-    assert m["near_duplicates_by_source"] == {"seed": 1}
-    assert m["contaminated_by_source"] == {"seed": 1}
-    assert m["by_source_before"]["seed"] == m["train_before"]
+    # the planted ones (HumanEval's own training prompts lose a few too)
+    assert m["near_duplicates_by_source"]["seed"] == 1
+    assert m["contaminated_by_source"]["seed"] == 1
+    assert m["eval_prompts"] == 8 and m["by_source_after"]["humaneval"] > 100
+    train_ids = set(pq.read_table(tmp_path / "a/data/mix/train.parquet").column("id").to_pylist())
+    assert not train_ids & set(pq.read_table(tmp_path / "a/data/mix/eval.parquet").column("id").to_pylist())
+    assert sum(m["by_source_before"].values()) == m["train_before"]
     assert set(m["by_category_after"]) >= {"coding", "math", "chat"}
     assert b"category\tstage\tprompts" in a["data/plots/mix.tsv"]

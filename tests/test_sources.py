@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from draftline.benchmark import select_prompts
 from draftline.config import SourceParams
 from draftline.sources import SourceError, load_source
 
@@ -80,3 +81,20 @@ def test_hf_kind_unknown_dataset_is_named(tmp_path):
 def test_hub_read_needs_a_pinned_revision():
     with pytest.raises(SourceError, match="source 'gsm': set 'revision'"):
         load_source(SourceParams(name="gsm", kind="gsm8k"))
+
+
+def test_split_source_holds_out_the_benchmarks_first_prompts():
+    he, rep = load_source(SourceParams(name="humaneval", kind="humaneval", role="split", holdout=8))
+    held = [r["id"] for r in he if r["role"] == "eval"]
+    # numeric order, as the benchmark takes them: humaneval-0..7, never humaneval-10
+    assert held == [f"humaneval-{i}" for i in range(8)]
+    assert [r["id"] for r in select_prompts(he, 8)] == held  # the benchmark scores exactly these
+    assert sum(r["role"] == "train" for r in he) == 156 and rep.rows_kept == 164
+    mt, _ = load_source(SourceParams(name="mtbench", kind="mtbench", role="split", holdout=8))
+    assert [r["id"] for r in mt if r["role"] == "eval"] == [f"mtbench-{i}" for i in range(81, 89)]
+
+
+@pytest.mark.parametrize("src", [{"role": "split"}, {"role": "eval", "holdout": 8}])
+def test_holdout_goes_with_split(src):
+    with pytest.raises(ValueError, match="holdout"):
+        SourceParams(name="humaneval", kind="humaneval", **src)

@@ -18,6 +18,7 @@ import torch
 
 from .config import BenchmarkParams
 from .progress import bar
+from .heldout import eval_order
 from .speculative import Decoded, histogram, plain, position_acceptance, prompt_lookup, speculative, tau
 from .tree_speculative import tree_speculative
 
@@ -44,7 +45,7 @@ def select_prompts(prompts: list[dict], per_source: int) -> list[dict]:
         by_src.setdefault(p["source"], []).append(p)
     out = []
     for src in sorted(by_src):
-        out.extend(sorted(by_src[src], key=lambda r: (len(r["id"]), r["id"]))[:per_source])
+        out.extend(sorted(by_src[src], key=eval_order)[:per_source])
     return out
 
 

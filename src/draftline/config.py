@@ -71,8 +71,11 @@ class SourceParams(Section):
     # names below; humaneval/mtbench: shipped benchmark prompts; the rest: a known
     # source's schema and category labels (src/draftline/adapters.py).
     kind: SourceKind
-    # train: prompts for regeneration; eval: held-out benchmark prompts.
-    role: Literal["train", "eval"] = "train"
+    # train: prompts for regeneration; eval: held-out benchmark prompts; split: the first
+    # `holdout` prompts (in the benchmark's order) are eval, the rest train. Mix drops any
+    # training prompt sharing an n-gram with an eval prompt, so the split stays clean.
+    role: Literal["train", "eval", "split"] = "train"
+    holdout: PositiveInt | None = None
     # local: the file. hf: the dataset id (or a local dataset folder). Known sources:
     # a local file in that source's published schema, read instead of the hub.
     path: str | None = None
@@ -96,6 +99,8 @@ class SourceParams(Section):
     def _needs_path(self) -> "SourceParams":
         if self.kind in ("local", "hf") and not self.path:
             raise ValueError(f"source '{self.name}' of kind {self.kind} needs 'path'")
+        if (self.role == "split") != (self.holdout is not None):
+            raise ValueError(f"source '{self.name}': 'holdout' goes with role split, and role split needs it")
         return self
 
 

@@ -83,10 +83,17 @@ def mix_by_category(rows: list[dict], params: MixParams) -> tuple[list[dict], li
     for r in rows:
         by_cat.setdefault(r["category"], []).append(r)
     weights = {c: w for c, w in params.category_weights.items() if w > 0}
-    total_w = sum(weights.values())
     warnings = []
     if not weights:
         return [], ["every category weight is zero"]
+    # A weighted category no source supplies (a source left out of download.sources) is
+    # left out with a warning; counting it would size the whole mix to zero.
+    for c in sorted(c for c in weights if not by_cat.get(c)):
+        warnings.append(f"category '{c}' has no prompts; left out of the mix")
+        del weights[c]
+    if not weights:
+        return [], warnings
+    total_w = sum(weights.values())
     if params.total is None:
         # The largest mix that meets every weight exactly.
         total = min(len(by_cat.get(c, [])) / (w / total_w) for c, w in weights.items())

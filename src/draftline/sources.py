@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator
 from .adapters import ADAPTERS, turns
 from .categories import by_rule
 from .config import SourceParams
+from .heldout import split_holdout
 
 class SourceError(RuntimeError):
     pass
@@ -185,5 +186,7 @@ def load_source(src: SourceParams, root: Path = Path(".")) -> tuple[list[dict], 
         out.append(row)
         if src.max_rows and len(out) >= src.max_rows:
             break
+    if src.role == "split":
+        out = split_holdout(out, src.holdout)
     report.rows_kept = len(out)
     return out, report

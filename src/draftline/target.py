@@ -71,6 +71,20 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     plain.load_state_dict(quant.state_dict(), strict=True)
     plain.save_pretrained(out)
     tok.save_pretrained(out)
+    _drop_load_options(out / "tokenizer_config.json")
+
+
+# Options of the call that loaded the tokenizer, not properties of it: transformers writes
+# them into tokenizer_config.json, so the folder's bytes (and every downstream hash, the
+# regeneration resume key included) would follow HF_HUB_OFFLINE.
+_LOAD_OPTIONS = ("local_files_only", "is_local")
+
+
+def _drop_load_options(path: Path) -> None:
+    cfg = json.loads(path.read_text())
+    for key in _LOAD_OPTIONS:
+        cfg.pop(key, None)
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
 
 def _resolve_hub(source: str, revision: str | None) -> tuple[Path, str]:

@@ -93,6 +93,11 @@ class Writer:
                 post["in_flight"] = self.in_flight()
             self.pb.set_postfix(post, refresh=False)
 
+    def refresh(self) -> None:
+        """Post the rate now: rows of a batch land within the postfix's throttle, which
+        would otherwise leave the rate of the batch's first row on screen."""
+        self._postfix(force=True)
+
     def flush(self) -> None:
         self.store.append(self._buf)
         for row in self._buf:
@@ -125,6 +130,7 @@ class HFDriver:
                                                            [j.seed for j in part])):
                 calls += len(answers)
                 w.add(make_row(job, conv, answers, settings))
+            w.refresh()
         return {"requests": calls}
 
 
