@@ -51,6 +51,7 @@ bench-dedupe: $(TEST_STAMP)
 bench-train: $(STAMP)
 	$(BIN)/pip install -q --no-deps specforge==0.2.0
 	$(BIN)/python bench/bench_train_step.py
+	$(BIN)/python bench/bench_head_vocab.py
 
 bench-regen: $(STAMP)
 	$(BIN)/python bench/bench_regen_cache.py

@@ -46,3 +46,21 @@ def test_sampling_respects_num_anchors():
     s = _seq(200, 20)
     a = blocks.sample_anchors(s.loss_mask, 16, torch.Generator().manual_seed(0))
     assert a.numel() == 16 and (a >= 20).all() and torch.equal(a, a.sort().values)
+
+
+def test_prompt_anchors_come_after_and_do_not_move_answer_anchors():
+    s = _seq(200, 50)
+    plain = blocks.sample_anchors(s.loss_mask, 16, torch.Generator().manual_seed(0))
+    both = blocks.sample_anchors(s.loss_mask, 16, torch.Generator().manual_seed(0), prompt_anchors=8)
+    prompt = both[both < 50]
+    assert prompt.numel() == 8 and (prompt >= 1).all()
+    assert torch.equal(both[both >= 50], plain)  # the same answer anchors as without
+
+
+def test_every_position_supervises_prompt_slots():
+    s = _seq(10, 6)
+    a = [torch.tensor([2])]
+    assert blocks.build([s], a, 4, 7, None).weights[0, 0].tolist() == [0, 0, 0]  # positions 3..5: prompt
+    b = blocks.build([s], a, 4, 7, None, every_position=True)
+    assert b.weights[0, 0].tolist() == [1, 1, 1]
+    assert b.labels[0, 0].tolist() == [103, 104, 105]

@@ -81,3 +81,62 @@ def test_precomputed_top_k_teacher_equals_per_step_top_k(kind, monkeypatch):
     b.backward()
     assert torch.allclose(a, b, atol=1e-10)
     assert torch.allclose(g_a, rows.grad, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["ce", "kl", "mix"])
+def test_head_vocab_loss_is_the_softmax_over_the_subset(kind, monkeypatch):
+    """With a training head vocabulary the loss and gradient are those of the plain formulas
+    over the subset's logits: labels outside it drop out of CE, the top-k teacher is
+    renormalised over its tokens inside, and a row with no teacher token inside drops out
+    of KL."""
+    from draftline.drafter.head_vocab import HeadVocab
+
+    monkeypatch.setattr(L, "CHUNK", 7)
+    torch.manual_seed(3)
+    n, h, v, k = 20, 16, 50, 4
+    rows = torch.randn(n, h, dtype=torch.float64, requires_grad=True)
+    head = torch.randn(v, h, dtype=torch.float64)
+    sub = HeadVocab.of(torch.arange(0, v, 2), v)  # even ids
+    labels = torch.randint(0, v, (n,))
+    w = torch.rand(n, dtype=torch.float64) + 0.1
+    teacher = L.top_k_teacher(torch.randn(n, h, dtype=torch.float64), head, k, torch.float64)
+    teacher.ids[0] = torch.tensor([1, 3, 5, 7])  # no token inside: row 0 leaves the KL term
+    spec = L.LossSpec(kind, kl_weight=0.3, temperature=2.0, top_k=k)
+    denom = w.sum()
+    mapped = L.SparseTeacher(sub.index[teacher.ids], teacher.vals)
+    got, _ = L._FusedHeadLoss.apply(rows, head[sub.ids], sub.index[labels], w, mapped, spec, denom, torch.float64)
+    got.backward()
+    g = rows.grad.clone()
+    rows.grad = None
+
+    logits = rows @ head[sub.ids].T
+    y = sub.index[labels]
+    ce = torch.where(y >= 0, F.cross_entropy(logits, y.clamp(min=0), reduction="none"), 0.0)
+    t = torch.full((n, len(sub)), float("-inf"), dtype=torch.float64)
+    for i in range(n):
+        for j, val in zip(teacher.ids[i].tolist(), teacher.vals[i].tolist()):
+            if sub.index[j] >= 0:
+                t[i, sub.index[j]] = val / 2.0
+    p = torch.softmax(t, -1).nan_to_num(0.0)
+    s_logp = F.log_softmax(logits / 2.0, -1)
+    kl = torch.where(p > 0, p * (torch.log(p) - s_logp), torch.zeros_like(p)).sum(-1) * 4.0
+    per = {"ce": ce, "kl": kl, "mix": 0.7 * ce + 0.3 * kl}[kind]
+    ref = (per * w).sum() / denom
+    ref.backward()
+    assert torch.allclose(got, ref, atol=1e-10)
+    assert torch.allclose(g, rows.grad, atol=1e-10)
+
+
+def test_head_vocab_takes_the_most_frequent_tokens():
+    from types import SimpleNamespace
+
+    from draftline.drafter.head_vocab import HeadVocab
+
+    seqs = [SimpleNamespace(id="a", input_ids=torch.tensor([5, 5, 5, 2, 9])),
+            SimpleNamespace(id="b", input_ids=torch.tensor([2, 7, 9, 1]))]
+    hv = HeadVocab.frequent(seqs, 3, 10)  # counts: 5:3, 2:2, 9:2, 7:1, 1:1
+    assert hv.ids.tolist() == [2, 5, 9]
+    assert hv.index[[2, 5, 9, 7]].tolist() == [0, 1, 2, -1]
+    assert HeadVocab.frequent(seqs, 100, 10).ids.tolist() == [1, 2, 5, 7, 9]  # at most what occurs
+    with pytest.raises(ValueError, match="sequence a: token id 9"):
+        HeadVocab.frequent(seqs, 3, 8)

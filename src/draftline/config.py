@@ -260,6 +260,10 @@ class TrainParams(Section):
     seed: int = 0
     # Anchors (blocks) sampled per sequence, redrawn every epoch.
     num_anchors: PositiveInt = 64
+    # Extra anchors per sequence outside the loss mask (prompts, template, earlier turns),
+    # trained on the target's own distribution there: hidden states extraction already
+    # paid for, no regeneration. Meant for `kl` (with `ce` the labels are the user's text).
+    prompt_anchors: Annotated[int, Field(ge=0)] = 0
     # Position-decay gamma: weight exp(-(k-1)/gamma) for block position k.
     gamma: PositiveFloat | None = 4.0
     # ce: hard labels (the target's own tokens); kl: soft labels, KL(teacher || drafter) at
@@ -269,6 +273,10 @@ class TrainParams(Section):
     kl_temperature: PositiveFloat = 1.0
     # Keep only the teacher's k most likely tokens (renormalised); null = the full vocabulary.
     kl_top_k: PositiveInt | None = None
+    # Training's softmax over the N tokens most frequent in the training sequences instead
+    # of the whole vocabulary (the LM head is most of a step); evaluation and the exported
+    # drafter use the full head. null = the whole vocabulary. See drafter/head_vocab.py.
+    head_vocab: PositiveInt | None = None
     lr: PositiveFloat = 6e-4
     # Cosine decay from lr to lr * min_lr_ratio after a linear warmup.
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0

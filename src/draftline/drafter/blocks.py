@@ -31,10 +31,22 @@ def anchor_candidates(loss_mask: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(m[:-1] & m[1:]).flatten()
 
 
-def sample_anchors(loss_mask: torch.Tensor, num_anchors: int, gen: torch.Generator) -> torch.Tensor:
-    cand = anchor_candidates(loss_mask)
-    if cand.numel() > num_anchors:
-        cand = cand[torch.randperm(cand.numel(), generator=gen)[:num_anchors]]
+def _draw(cand: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:
+    if cand.numel() > n:
+        cand = cand[torch.randperm(cand.numel(), generator=gen)[:n]]
+    return cand
+
+
+def sample_anchors(loss_mask: torch.Tensor, num_anchors: int, gen: torch.Generator,
+                   prompt_anchors: int = 0) -> torch.Tensor:
+    """`num_anchors` answer anchors, then (drawn after them from the same generator, so
+    the answer anchors do not depend on it) up to `prompt_anchors` anchors at positions
+    >= 1 outside the loss mask: prompts, template tokens, earlier user turns."""
+    cand = _draw(anchor_candidates(loss_mask), num_anchors, gen)
+    if prompt_anchors:
+        m = loss_mask > 0
+        outside = torch.nonzero(~m[1:-1]).flatten() + 1  # a >= 1 has context; a + 1 exists
+        cand = torch.cat([cand, _draw(outside, prompt_anchors, gen)])
     return cand.sort().values
 
 
@@ -43,7 +55,10 @@ def decay(block_size: int, gamma: float | None) -> torch.Tensor:
     return torch.ones_like(k) if gamma is None else torch.exp(-(k - 1) / gamma)
 
 
-def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamma: float | None) -> BlockBatch:
+def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamma: float | None,
+          every_position: bool = False) -> BlockBatch:
+    """every_position: supervise every slot inside the sequence, not only the loss mask
+    (training with prompt anchors, whose targets are the target's own distributions)."""
     b = len(seqs)
     B = block_size
     L = max(s.input_ids.shape[0] for s in seqs)
@@ -74,7 +89,8 @@ def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamm
         inside = tgt < n
         safe = tgt.clamp(max=n - 1)
         labels[i, :na] = torch.where(inside, s.input_ids[safe], 0)
-        weights[i, :na] = torch.where(inside, s.loss_mask[safe], 0.0) * w_k
+        sup = torch.ones_like(s.loss_mask) if every_position else s.loss_mask
+        weights[i, :na] = torch.where(inside, sup[safe], 0.0) * w_k
         # The target's distribution for token[a+k] comes from its state at a+k-1.
         teacher_rows[i, :na] = i * L + (tgt - 1).clamp(max=n - 1)
         ctx_visible[i, :na] = torch.arange(L)[None, :] < a[:, None]

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .head_vocab import HeadVocab
+
 CHUNK = 512  # rows per chunk: a [512, 49152] fp32 block is 100 MB
 
 
@@ -101,25 +103,35 @@ class _FusedHeadLoss(torch.autograd.Function):
             correct[s:e] = idx == y
             g = torch.zeros_like(logits)
             if a_kl < 1.0:
-                # softmax(z) - onehot(y): the CE gradient.
-                picked = logits.gather(1, y[:, None])[:, 0]
+                # softmax(z) - onehot(y): the CE gradient. y = -1 (a label outside a training
+                # head vocabulary) drops out of the CE term.
+                ok = y >= 0
+                y_ok = y.clamp(min=0)
+                picked = logits.gather(1, y_ok[:, None])[:, 0]
                 probs = torch.exp(logits - top[:, None])
                 norm = probs.sum(-1)
                 lse = top + norm.log()
-                loss += (1 - a_kl) * ((lse - picked) * scale[:, 0]).sum()
+                loss += (1 - a_kl) * ((lse - picked) * scale[:, 0] * ok).sum()
                 probs.div_(norm[:, None])
-                probs[torch.arange(e - s, device=rows.device), y] -= 1.0
-                g.add_(probs, alpha=1 - a_kl)
+                probs[torch.arange(e - s, device=rows.device), y_ok] -= 1.0
+                g.add_(probs * ok[:, None], alpha=1 - a_kl)
             if a_kl > 0.0:
                 t = spec.temperature
                 s_logp = torch.log_softmax(logits / t, -1)
                 # Forward KL(teacher || student), times T^2 so gradients keep their size.
                 if isinstance(teacher_rows, SparseTeacher):
+                    # Teacher ids outside a training head vocabulary come as -1: renormalised away;
+                    # a row with none inside drops out of the KL term.
                     t_ids = teacher_rows.ids[s:e]
-                    t_logp = torch.log_softmax(teacher_rows.vals[s:e].to(acc) / t, -1)
-                    p = t_logp.exp()
+                    inside = t_ids >= 0
+                    t_ids = t_ids.clamp(min=0)
+                    vals = teacher_rows.vals[s:e].to(acc).masked_fill(~inside, float("-inf"))
+                    row_ok = inside.any(-1, keepdim=True)
+                    t_logp = torch.log_softmax(vals.masked_fill(~row_ok, 0.0) / t, -1)
+                    p = t_logp.exp() * inside * row_ok
+                    t_logp = t_logp.masked_fill(p == 0, 0.0)
                     kl = (p * (t_logp - s_logp.gather(1, t_ids))).sum(-1) * t * t
-                    g.add_(s_logp.exp_().scatter_add_(1, t_ids, -p), alpha=a_kl * t)
+                    g.add_(s_logp.exp_().mul_(row_ok).scatter_add_(1, t_ids, -p), alpha=a_kl * t)
                 else:
                     t_logits = F.linear(teacher_rows[s:e].to(compute_dtype), wc).to(acc)
                     p, t_logp = _teacher_probs(t_logits, t, spec.top_k)
@@ -149,9 +161,11 @@ def select(hidden: torch.Tensor, weights: torch.Tensor, block_size: int):
 def block_loss(hidden, batch, lm_head_w: torch.Tensor, final_flat: "torch.Tensor | SparseTeacher | None",
                block_size: int,
                spec: LossSpec, denom: float | torch.Tensor | None = None,
-               compute_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, dict]:
+               compute_dtype: torch.dtype = torch.float32,
+               head: HeadVocab | None = None) -> tuple[torch.Tensor, dict]:
     """`final_flat`: the batch's final target states [b*L, H], or their precomputed top-k
-    teacher (a SparseTeacher over the same b*L rows); None for ce."""
+    teacher (a SparseTeacher over the same b*L rows); None for ce. `head`: normalise over
+    these tokens only, `lm_head_w` being already their rows (see head_vocab.py)."""
     rows, keep = select(hidden, batch.weights, block_size)
     w = batch.weights[keep]
     labels = batch.labels[keep]
@@ -159,6 +173,10 @@ def block_loss(hidden, batch, lm_head_w: torch.Tensor, final_flat: "torch.Tensor
     if spec.needs_teacher:
         teacher = final_flat[batch.teacher_rows[keep]]
         teacher = teacher if isinstance(teacher, SparseTeacher) else teacher.contiguous()
+    if head is not None:
+        labels = head.index[labels]
+        if isinstance(teacher, SparseTeacher):
+            teacher = SparseTeacher(head.index[teacher.ids], teacher.vals)
     if denom is None:
         denom = w.sum()
     denom = torch.as_tensor(denom, dtype=w.dtype, device=w.device).clamp_min(1e-8)

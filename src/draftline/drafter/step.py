@@ -9,6 +9,7 @@ from ..config import DrafterParams, TrainParams
 from ..precision import bf16_units
 from . import blocks
 from .batching import anchor_generator
+from .head_vocab import HeadVocab
 from .loss import LossSpec, SparseTeacher, block_loss, top_k_teacher
 
 
@@ -20,10 +21,13 @@ def use_bf16(precision: str, device: torch.device = torch.device("cpu")) -> bool
 
 class Step:
     def __init__(self, drafter, embed_w, lm_head_w, dp: DrafterParams, tp: TrainParams, mask_id: int,
-                 device: torch.device = torch.device("cpu")):
+                 device: torch.device = torch.device("cpu"), head: HeadVocab | None = None):
         self.drafter, self.dp, self.tp, self.mask_id, self.device = drafter, dp, tp, mask_id, device
         self.embed_w = embed_w.detach().to(device)
         self.lm_head_w = lm_head_w.detach().to(device)
+        # Training's head vocabulary (head_vocab.py); evaluation always uses the full head.
+        self.head = head.to(device) if head is not None else None
+        self.head_w = self.lm_head_w[self.head.ids].contiguous() if head is not None else None
         self.spec = LossSpec.of(tp)
         self.bf16 = use_bf16(tp.precision, device)
         self._teachers: dict[str, SparseTeacher] = {}  # sequence id -> its top-k teacher
@@ -53,13 +57,19 @@ class Step:
             flat[i * L : i * L + s.final.shape[0]] = s.final
         return flat.to(self.device)
 
-    def blocks(self, seqs, epoch: int, generator: torch.Generator | None = None) -> blocks.BlockBatch:
-        """Anchors per sequence from (seed, epoch, id), or from `generator` (evaluation)."""
+    def blocks(self, seqs, epoch: int, generator: torch.Generator | None = None,
+               training: bool = False) -> blocks.BlockBatch:
+        """Anchors per sequence from (seed, epoch, id), or from `generator` (evaluation).
+        training: add `train.prompt_anchors` (evaluation scores answer anchors only)."""
+        extra = self.tp.prompt_anchors if training else 0
         anchors = [blocks.sample_anchors(s.loss_mask, self.tp.num_anchors,
-                                         generator or anchor_generator(self.tp.seed, epoch, s.id)) for s in seqs]
-        return blocks.build(seqs, anchors, self.dp.block_size, self.mask_id, self.tp.gamma)
+                                         generator or anchor_generator(self.tp.seed, epoch, s.id), extra)
+                   for s in seqs]
+        return blocks.build(seqs, anchors, self.dp.block_size, self.mask_id, self.tp.gamma, extra > 0)
 
-    def loss(self, seqs, batch: blocks.BlockBatch, denom=None):
+    def loss(self, seqs, batch: blocks.BlockBatch, denom=None, training_head: bool = False):
+        """training_head: normalise over the training head vocabulary, if one is set."""
+        restricted = training_head and self.head is not None
         # Weights and optimizer stay fp32; autocast runs the matmuls (above all the LM head) in bf16.
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             dev = self.device
@@ -71,5 +81,6 @@ class Step:
             on_dev = blocks.BlockBatch(batch.context, batch.block_ids, batch.position_ids, batch.attention_mask,
                                        batch.labels.to(dev), batch.weights.to(dev), batch.teacher_rows.to(dev),
                                        batch.anchors_used)
-            return block_loss(hidden.float(), on_dev, self.lm_head_w, final_flat, self.dp.block_size, self.spec,
-                              denom, torch.bfloat16 if self.bf16 else torch.float32)
+            return block_loss(hidden.float(), on_dev, self.head_w if restricted else self.lm_head_w, final_flat,
+                              self.dp.block_size, self.spec, denom, torch.bfloat16 if self.bf16 else torch.float32,
+                              self.head if restricted else None)

@@ -15,6 +15,7 @@ from ..progress import bar
 from . import checkpoint, dist
 from .batching import Padding, epoch_batches, micro_batches
 from .evaluate import evaluate
+from .head_vocab import HeadVocab
 from .schedule import lr_at
 from .step import Step
 
@@ -53,7 +54,8 @@ def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, 
           world: dist.World = dist.World(), resume: Resume | None = None) -> TrainLog:
     torch.manual_seed(tp.seed)
     drafter.to(world.device)
-    step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device)
+    head = HeadVocab.frequent(train_seqs, tp.head_vocab, lm_head_w.shape[0]) if tp.head_vocab else None
+    step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device, head)
     per_epoch, total = total_steps(len(train_seqs), tp)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95))
@@ -81,7 +83,7 @@ def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, 
         batch_ids = epoch_batches(lengths, ids, tp.batch_size, tp.seed, epoch)[index]
         micro = micro_batches(batch_ids, world.rank, world.size, tp.grad_accum)
         seqs = [[train_seqs[i] for i in m] for m in micro]
-        built = [step_fn.blocks(s, epoch) for s in seqs]
+        built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
         local_w = sum(float(b.weights.sum()) for b in built)
         pad = Padding()
         for m in micro:
@@ -95,7 +97,7 @@ def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, 
         c = torch.zeros(dp.block_size - 1)
         n = torch.zeros_like(c)
         for s, b in zip(seqs, built):
-            loss, st = step_fn.loss(s, b, denom)
+            loss, st = step_fn.loss(s, b, denom, training_head=True)
             loss.backward()
             loss_sum += loss.item()
             slots += st["slots"]

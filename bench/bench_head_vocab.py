@@ -1,0 +1,78 @@
+"""One training step with the full LM head vs the training head vocabulary, same process.
+
+Same drafter weights, the same 8 global batches of the training data (anchors from the
+params), the params' loss with its top-k teacher computed beforehand (as after the first
+epoch). The two variants run alternately, forward + backward each; the script reports
+median step times and their ratio, and the restricted set's size and its coverage of the
+supervised tokens.
+
+    .venv/bin/python bench/bench_head_vocab.py     # needs `make all` first (data/target/model, data/hidden)
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from draftline import target as tgt  # noqa: E402
+from draftline.config import load_params  # noqa: E402
+from draftline.drafter.batching import epoch_batches  # noqa: E402
+from draftline.drafter.head_vocab import HeadVocab  # noqa: E402
+from draftline.drafter.model import build_drafter, drafter_config, mask_token_id  # noqa: E402
+from draftline.drafter.step import Step  # noqa: E402
+from draftline.hidden_store import load_sequences  # noqa: E402
+
+BATCHES = 8
+REPS = 3
+
+
+def main() -> None:
+    params = load_params(ROOT / "params.yaml")
+    dp, tp = params.drafter, params.train
+    size = tp.head_vocab or 8192
+    info = tgt.TargetInfo.load("data/target/info.json")
+    mask_id = mask_token_id(tgt.load_tokenizer("data/target/model"), dp.mask_token)
+    embed_w, head_w = tgt.load_io_weights("data/target/model")
+    seqs = load_sequences(Path("data/hidden"), "train")
+    head = HeadVocab.frequent(seqs, size, head_w.shape[0])
+    supervised = torch.cat([s.input_ids[s.loss_mask > 0] for s in seqs])
+    coverage = float((head.index[supervised] >= 0).float().mean())
+    order = epoch_batches([s.input_ids.shape[0] for s in seqs], [s.id for s in seqs], tp.batch_size, tp.seed, 0)
+    batches = [[seqs[i] for i in b] for b in order[:BATCHES]]
+    drafter = build_drafter(drafter_config(tgt.load_config("data/target/model"), dp, info.target_layer_ids, mask_id),
+                            tp.seed)
+    step = Step(drafter, embed_w, head_w, dp, tp, mask_id, head=head)
+    built = [step.blocks(b, 0, training=True) for b in batches]
+    if step.spec.sparse_teacher:
+        for b in batches:
+            for s in b:
+                step.teacher(s)
+
+    def run(restricted: bool) -> float:
+        t = time.perf_counter()
+        for b, blk in zip(batches, built):
+            loss, _ = step.loss(b, blk, None, training_head=restricted)
+            loss.backward()
+        drafter.zero_grad()
+        return (time.perf_counter() - t) / len(batches)
+
+    run(False), run(True)  # warm-up
+    full, sub = [], []
+    for _ in range(REPS):
+        full.append(run(False))
+        sub.append(run(True))
+    f, s = statistics.median(full), statistics.median(sub)
+    print(f"loss {tp.loss}, {tp.num_anchors} anchors + {tp.prompt_anchors} prompt anchors, block {dp.block_size}, "
+          f"batch {tp.batch_size}, precision {'bf16' if step.bf16 else 'fp32'}, threads {torch.get_num_threads()}")
+    print(f"head vocabulary: {len(head)} of {head_w.shape[0]} tokens, covering {coverage:.2%} of supervised tokens")
+    print(f"full head: {f * 1000:.0f} ms/step; head vocabulary: {s * 1000:.0f} ms/step; {f / s:.2f}x faster")
+
+
+if __name__ == "__main__":
+    main()
