@@ -16,7 +16,8 @@ import torch
 from draftline import target as tgt
 from draftline.drafter import dist
 from draftline.drafter.checkpoint import fingerprint
-from draftline.drafter.model import build_drafter, drafter_config, mask_token_id
+from draftline.drafter.model import (build_drafter, drafter_config, init_from_target, mask_token_id,
+                                     target_init_layers)
 from draftline.drafter.step import use_bf16
 from draftline.drafter.train import Resume, train
 from draftline.hidden_store import load_sequences, read_index
@@ -62,6 +63,9 @@ def _train(params, dp, tp, world) -> None:
         raise ValueError(f"{HIDDEN}: no training sequences")
     config = drafter_config(tgt.load_config(MODEL), dp, info.target_layer_ids, mask_id)
     drafter = build_drafter(config, tp.seed)
+    if tp.init == "target":
+        layers = target_init_layers(info.num_hidden_layers, info.target_layer_ids, dp.num_layers)
+        init_from_target(drafter, *tgt.load_layer_weights(MODEL, layers))
     resume = Resume(STATE, fingerprint(tp.model_dump(), dp.model_dump(), index), tp.checkpoint_every,
                     tp.keep_checkpoints)
     t0 = time.perf_counter()

@@ -277,6 +277,9 @@ class TrainParams(Section):
     # of the whole vocabulary (the LM head is most of a step); evaluation and the exported
     # drafter use the full head. null = the whole vocabulary. See drafter/head_vocab.py.
     head_vocab: PositiveInt | None = None
+    # random: a fresh drafter; target: drafter layers start as copies of the target's layers
+    # after the deepest captured one (dense Llama/Qwen-style targets), see drafter/model.py.
+    init: Literal["random", "target"] = "random"
     lr: PositiveFloat = 6e-4
     # Cosine decay from lr to lr * min_lr_ratio after a linear warmup.
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0

@@ -70,3 +70,38 @@ def load_drafter(path: str | Path, dtype=torch.float32):
     from dflash.model import DFlashDraftModel
 
     return DFlashDraftModel.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
+
+
+def target_init_layers(num_target_layers: int, layer_ids: list[int], num_layers: int) -> list[int]:
+    """The target layers a drafter of `num_layers` layers starts from: those right after the
+    deepest captured layer (they were trained to read its output), else the last ones."""
+    start = min(max(layer_ids) + 1, num_target_layers - num_layers)
+    return list(range(max(start, 0), max(start, 0) + num_layers))
+
+
+@torch.no_grad()
+def init_from_target(drafter, layers: list[dict[str, torch.Tensor]], final_norm: torch.Tensor) -> None:
+    """Start the drafter as the target's own next layers over its deepest captured state.
+
+    Drafter layer i takes the weights of target layer `target_init_layers(...)[i]`, its final
+    norm the target's, and `fc` reads only the deepest captured layer (identity block), with
+    `hidden_norm` the first copied layer's input norm: so at step 0 the context keys and
+    values of the first layer are exactly that target layer's own. The noise stream still
+    starts from token embeddings, which training adapts to. With few hundred training
+    sequences this prior is worth more than a random start (bench/RESULTS.md).
+    """
+    if len(layers) != len(drafter.layers):
+        raise DrafterError(f"init_from_target: {len(layers)} target layers for {len(drafter.layers)} drafter layers")
+    for layer, weights in zip(drafter.layers, layers):
+        own = dict(layer.named_parameters())
+        for name, w in weights.items():
+            if own[name].shape != w.shape:
+                raise DrafterError(f"init_from_target: {name} is {tuple(w.shape)} in the target, "
+                                   f"{tuple(own[name].shape)} in the drafter")
+            own[name].copy_(w)
+    drafter.norm.weight.copy_(final_norm)
+    hidden = drafter.norm.weight.shape[0]
+    deepest = max(range(len(drafter.target_layer_ids)), key=lambda j: drafter.target_layer_ids[j])
+    drafter.fc.weight.zero_()
+    drafter.fc.weight[:, deepest * hidden:(deepest + 1) * hidden] = torch.eye(hidden)
+    drafter.hidden_norm.weight.copy_(layers[0]["input_layernorm.weight"])
