@@ -31,3 +31,20 @@ def test_target_alone_rows_of_every_turn(target_model, tokenizer):
     assert [r["turn"] for r in target_rows] == [1, 2]
     assert all(r["tokens"] > 0 and r["seconds"] > 0 for r in target_rows)
     assert metrics["mismatches"] == 0
+
+
+def test_multi_turn_benchmarks_are_also_reported_per_turn(target_model, tokenizer):
+    bp = BenchmarkParams(prompts_per_source=1, max_new_tokens=6, baselines=[])
+    cfg = drafter_config(target_model.config, DrafterParams(num_layers=1, block_size=4), [1, 27],
+                         tokenizer.convert_tokens_to_ids("<empty_output>"))
+    prompts = PROMPTS + [{"source": "humaneval", "id": "h1",
+                          "messages": [{"role": "user", "content": "def add(a, b):"}]}]
+    metrics, rows = run_benchmark(target_model, tokenizer, {"dflash": build_drafter(cfg, 0).eval()}, prompts, bp,
+                                  [tokenizer.eos_token_id], 4)
+    greedy = metrics["greedy"]
+    assert list(greedy) == ["humaneval", "mtbench", "mtbench_turn1", "mtbench_turn2", "all"]
+    assert [greedy[k]["requests"] for k in greedy] == [1, 2, 1, 1, 3]
+    for t in (1, 2):  # one request each: its mean tokens per step
+        acc = next(r["acceptance"] for r in rows if r["method"] == "dflash" and r["source"] == "mtbench"
+                   and r["turn"] == t)
+        assert greedy[f"mtbench_turn{t}"]["dflash"]["tau"] == sum(acc) / len(acc)

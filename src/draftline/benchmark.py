@@ -121,6 +121,21 @@ def _summary(decs: list[Decoded], plain_decs: list[Decoded], block_size: int, wi
     return out
 
 
+def report_groups(requests: list[Request]) -> dict:
+    """Name -> membership test: each benchmark, each turn of a multi-turn one
+    (`mtbench_turn2`: later turns restate earlier answers, where a drafter that cannot copy
+    from its context loses to prompt lookup), and `all`."""
+    groups = {}
+    for src in sorted({r.source for r in requests}):
+        groups[src] = lambda r, src=src: r.source == src
+        turns = sorted({r.turn for r in requests if r.source == src})
+        if len(turns) > 1:
+            for t in turns:
+                groups[f"{src}_turn{t}"] = lambda r, src=src, t=t: r.source == src and r.turn == t
+    groups["all"] = lambda r: True
+    return groups
+
+
 def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
                   block_size: int):
     """drafters: {"dflash": trained, "untrained": ...}. Returns (metrics, rows)."""
@@ -163,14 +178,14 @@ def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: Benchmar
         so_far = results.get((bp.temperatures[0], "dflash"), [])
         pb.set_postfix(tau=f"{tau([d.acceptance_lengths for _, d in so_far]):.2f}")
     pb.close()
-    sources = sorted({r.source for r in requests})
+    groups = report_groups(requests)
     metrics: dict = {"requests": len(requests), "prompts": len({(r.source, r.id) for r in requests}),
                      "block_size": block_size, "max_new_tokens": bp.max_new_tokens, "mismatches": mismatches}
     for T in bp.temperatures:
         key = "greedy" if T == 0 else f"temperature_{T:g}"
         section = {}
-        for src in sources + ["all"]:
-            pick = lambda m: [d for r, d in results.get((T, m), []) if src in ("all", r.source)]  # noqa: E731
+        for src, member in groups.items():
+            pick = lambda m: [d for r, d in results.get((T, m), []) if member(r)]  # noqa: E731
             base = pick("target")
             entry = {"requests": len(base),
                      "target_tokens_per_second": _summary(base, base, block_size, False)["tokens_per_second"]}
