@@ -42,12 +42,12 @@ def main() -> None:
     outs = {}
     with torch.inference_mode():
         for d, m in models.items():  # warm-up: kernels and allocator
-            m.generate(**{**gen_kw, "max_new_tokens": 4, "min_new_tokens": 4}, past_key_values=growing_cache(m.config))
+            m.generate(**{**gen_kw, "max_new_tokens": 4, "min_new_tokens": 4}, cache=growing_cache(m.config))
             m.model(x[:, :32], output_hidden_states=True)
         for _ in range(ROUNDS):
             for d, m in models.items():
                 t0 = time.perf_counter()
-                outs[d] = m.generate(**gen_kw, past_key_values=growing_cache(m.config))
+                outs[d] = m.generate(**gen_kw, cache=growing_cache(m.config))
                 gen_t[d].append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 m.model(x, output_hidden_states=True)

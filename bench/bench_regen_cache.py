@@ -51,7 +51,7 @@ def main() -> None:
         for name, make in caches.items():
             t0 = time.perf_counter()
             with torch.inference_mode():
-                outs[name] = model.generate(**kw, past_key_values=make())
+                outs[name] = model.generate(**kw, cache=make())
             times[name].append(time.perf_counter() - t0)
     a, b = outs.values()
     assert torch.equal(a, b), "outputs differ"

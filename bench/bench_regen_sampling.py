@@ -45,12 +45,12 @@ def main() -> None:
     times = {k: [] for k in methods}
     with torch.inference_mode():  # warm-up, so that no method pays for the first call
         model.generate(**{**kw, "max_new_tokens": 4, "min_new_tokens": 4}, **methods["greedy"](),
-                       past_key_values=growing_cache(model.config))
+                       cache=growing_cache(model.config))
     for _ in range(ROUNDS):
         for name, settings in methods.items():
             t0 = time.perf_counter()
             with torch.inference_mode():
-                out = model.generate(**kw, **settings(), past_key_values=growing_cache(model.config))
+                out = model.generate(**kw, **settings(), cache=growing_cache(model.config))
             times[name].append(time.perf_counter() - t0)
             assert out.shape == (BATCH, width + NEW), (name, out.shape)
     base = statistics.median(times["transformers top-p"])

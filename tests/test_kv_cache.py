@@ -33,6 +33,6 @@ def test_batched_generate_with_growing_cache_equals_dynamic_cache(target_model, 
         attn[i, width - len(e):] = 1
     kw = dict(input_ids=ids, attention_mask=attn, max_new_tokens=80, do_sample=False, pad_token_id=0)
     with torch.inference_mode():
-        ref = target_model.generate(**kw, past_key_values=DynamicCache(config=target_model.config))
-        got = target_model.generate(**kw, past_key_values=growing_cache(target_model.config))
+        ref = target_model.generate(**kw, cache=DynamicCache(config=target_model.config))
+        got = target_model.generate(**kw, cache=growing_cache(target_model.config))
     assert torch.equal(ref, got)

@@ -107,7 +107,7 @@ def plain(target, input_ids: torch.Tensor, max_new_tokens: int, stop_ids: list[i
           gen: torch.Generator | None = None) -> Decoded:
     stop = set(stop_ids)
     cache = DynamicCache(config=target.config)
-    out = target(input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = target(input_ids, cache=cache, use_cache=True, logits_to_keep=1)
     tok = int(choose(out.logits[0, -1], temperature, gen))
     tokens = [tok]
     t0 = time.perf_counter()
@@ -115,7 +115,7 @@ def plain(target, input_ids: torch.Tensor, max_new_tokens: int, stop_ids: list[i
     dev = input_ids.device
     while len(tokens) < max_new_tokens and tok not in stop:
         pos = torch.tensor([[n + len(tokens) - 1]], device=dev)
-        out = target(torch.tensor([[tok]], device=dev), position_ids=pos, past_key_values=cache, use_cache=True)
+        out = target(torch.tensor([[tok]], device=dev), position_ids=pos, cache=cache, use_cache=True)
         tok = int(choose(out.logits[0, -1], temperature, gen))
         tokens.append(tok)
     return Decoded(tokens, [], time.perf_counter() - t0)
@@ -140,7 +140,7 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
     dev = input_ids.device
     cache = DynamicCache(config=target.config)
     d_cache = DynamicCache(config=drafter.config)  # the drafter's K/V of context features seen so far
-    out = target(input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, output_hidden_states=True)
+    out = target(input_ids, cache=cache, use_cache=True, logits_to_keep=1, output_hidden_states=True)
     seq = input_ids[0].tolist() + [int(choose(out.logits[0, -1], temperature, gen))]
     ctx = _features(out.hidden_states, layer_ids)  # features not yet in the drafter's cache
     t0 = time.perf_counter()
@@ -164,7 +164,7 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
                 q = probs_at(logits, temperature).cpu()
                 block[1:] = _draw(q, gen).tolist()
         verify_pos = torch.arange(start, start + size, device=dev)[None]
-        verify = dict(position_ids=verify_pos, past_key_values=cache, output_hidden_states=size > 1)
+        verify = dict(position_ids=verify_pos, cache=cache, output_hidden_states=size > 1)
         if temperature == 0:
             choice, out = verify_greedy(target, torch.tensor([block], device=dev), **verify)
             acc = 0

@@ -131,7 +131,7 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
     dtype = next(target.parameters()).dtype
     cache = DynamicCache(config=target.config)
     d_cache = DynamicCache(config=drafter.config)
-    out = target(input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, output_hidden_states=True)
+    out = target(input_ids, cache=cache, use_cache=True, logits_to_keep=1, output_hidden_states=True)
     seq = input_ids[0].tolist() + [int(out.logits[0, -1].argmax())]
     ctx = _features(out.hidden_states, layer_ids)
     t0 = time.perf_counter()
@@ -155,7 +155,7 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
             argmax = logp.argmax(-1).tolist()
         ids = torch.tensor([[seq[start], *tree.tokens]], device=dev)
         positions = torch.tensor([[start, *(start + d for d in tree.depths)]], device=dev)
-        choice, out = verify_greedy(target, ids, position_ids=positions, past_key_values=cache,
+        choice, out = verify_greedy(target, ids, position_ids=positions, cache=cache,
                                     attention_mask=tree_mask(tree, start, dtype, dev), output_hidden_states=depth > 0)
         path = walk(tree, choice)
         if any(tree.tokens[i] != argmax[tree.depths[i] - 1] for i in path):

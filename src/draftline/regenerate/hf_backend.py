@@ -54,7 +54,7 @@ class HFBackend:
             input_ids=input_ids, attention_mask=attn, max_new_tokens=p.max_new_tokens,
             do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=processors,
             eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
-            past_key_values=growing_cache(self.model.config),
+            cache=growing_cache(self.model.config),
         )
         answers = []
         for i, e in enumerate(encoded):
