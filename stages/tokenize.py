@@ -6,6 +6,7 @@
 from pathlib import Path
 
 from draftline import target as tgt
+from draftline.copy_turns import CopyTurns
 from draftline.io import read_parquet, write_json, write_parquet
 from draftline.loss_mask import encode
 
@@ -32,9 +33,13 @@ def run(params) -> None:
         if (sid := sequence_id(r)) in seen:
             raise ValueError(f"tokenize: answer {sid!r} appears twice in {ANSWERS}")
         seen.add(sid)
-    out, dropped, truncated = [], 0, 0
+    out, dropped, truncated, copies = [], 0, 0, 0
+    ct = params.tokenize.copy_turns
+    copy_turns = CopyTurns(ct.fraction, ct.requests, ct.seed)
     for r in rows:
-        enc = encode(tok, r["messages"], r["finish_reason"], params.tokenize.max_length)
+        messages, reasons, copied = copy_turns.apply(r)
+        copies += copied
+        enc = encode(tok, messages, reasons, params.tokenize.max_length)
         truncated += enc.truncated
         # A row with < 2 supervised tokens has no anchor for a block: count it and drop it.
         if sum(enc.loss_mask) < 2:
@@ -46,10 +51,11 @@ def run(params) -> None:
     write_parquet(OUT, out)
     lengths = [len(r["input_ids"]) for r in out]
     sup = [sum(r["loss_mask"]) for r in out]
-    write_json(METRICS, {"rows": len(out), "dropped_no_supervised": dropped, "truncated": truncated,
+    write_json(METRICS, {"rows": len(out), "copy_turns": copies, "dropped_no_supervised": dropped, "truncated": truncated,
                          "tokens": sum(lengths), "supervised_tokens": sum(sup),
                          "mean_length": round(sum(lengths) / len(lengths), 1)})
-    print(f"tokenize: {len(out)} rows, {sum(lengths)} tokens ({sum(sup)} supervised), dropped {dropped}")
+    print(f"tokenize: {len(out)} rows ({copies} with a copy turn), {sum(lengths)} tokens "
+          f"({sum(sup)} supervised), dropped {dropped}")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""The tokenize stage gives every regenerated answer its own sequence id."""
+"""The tokenize stage gives every regenerated answer its own sequence id and adds copy turns."""
 
+import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
 from draftline.config import load_params
 from draftline.io import read_parquet, write_parquet
+from draftline.target import load_tokenizer
 from stages import tokenize
 
 
@@ -38,3 +41,33 @@ def test_a_repeated_answer_is_named(stage_dir):
     write_parquet("data/regen/answers.parquet", [_answer(1, "Red."), _answer(1, "Red again.")])
     with pytest.raises(ValueError, match="answer 'p1~1' appears twice"):
         tokenize.run(load_params(stage_dir / "params.yaml"))
+
+
+def _params_with_copies(stage_dir, fraction: float):
+    p = load_params(stage_dir / "params.yaml")
+    tk = p.tokenize.model_copy(update={"copy_turns": p.tokenize.copy_turns.model_copy(update={"fraction": fraction})})
+    return p.model_copy(update={"tokenize": tk})
+
+
+def test_copy_turns_repeat_the_answer_under_the_same_id(stage_dir, target_dir):
+    rows = [_answer(0, "Blue is a colour."),
+            {**_answer(0, "Red."), "id": "p2", "split": "val"},
+            {**_answer(0, "Green."), "id": "p3", "finish_reason": ["stop", "stop"],
+             "messages": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Green."},
+                          {"role": "user", "content": "Another?"}, {"role": "assistant", "content": "Teal."}]}]
+    write_parquet("data/regen/answers.parquet", rows)
+    tokenize.run(_params_with_copies(stage_dir, 0.0))
+    plain = read_parquet("data/tokens/train.parquet")
+    tokenize.run(_params_with_copies(stage_dir, 1.0))
+    copied = read_parquet("data/tokens/train.parquet")
+    assert [r["id"] for r in copied] == ["p1", "p2", "p3"]
+    # Only the single-turn training row changes: val rows and multi-turn rows stay as they were.
+    assert copied[1]["input_ids"] == plain[1]["input_ids"] and copied[2]["input_ids"] == plain[2]["input_ids"]
+    tok = load_tokenizer(target_dir)
+    ids, mask = copied[0]["input_ids"], copied[0]["loss_mask"]
+    text = tok.decode(ids)
+    assert text.count("Blue is a colour.") == 2
+    assert any(req in text for req in load_params(stage_dir / "params.yaml").tokenize.copy_turns.requests)
+    # Both answers are supervised: twice the first run's supervised tokens.
+    assert sum(mask) == 2 * sum(plain[0]["loss_mask"])
+    assert json.loads(Path("data/metrics/tokenize.json").read_text())["copy_turns"] == 1

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .copy_turns import DEFAULT_REQUESTS as DEFAULT_COPY_REQUESTS
+
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -242,8 +244,18 @@ class RegenerateParams(Section):
         return kw
 
 
+class CopyTurnParams(Section):
+    # Share of single-turn training conversations given a synthetic second turn: one of
+    # `requests`, answered by the first answer verbatim (draftline.copy_turns).
+    fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
+    seed: int = 0
+    requests: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: list(DEFAULT_COPY_REQUESTS), min_length=1)
+
+
 class TokenizeParams(Section):
     max_length: Annotated[int, Field(ge=16)] = 1024
+    copy_turns: CopyTurnParams = CopyTurnParams()
 
 
 class ExtractParams(Section):
