@@ -52,6 +52,8 @@ bench-train: $(STAMP)
 	$(BIN)/pip install -q --no-deps specforge==0.2.0
 	$(BIN)/python bench/bench_train_step.py
 	$(BIN)/python bench/bench_head_vocab.py
+	$(BIN)/python bench/bench_block_attention.py
+	$(BIN)/python bench/bench_teacher.py
 
 bench-regen: $(STAMP)
 	$(BIN)/python bench/bench_regen_cache.py
@@ -61,6 +63,7 @@ bench-regen: $(STAMP)
 bench-tree: $(STAMP)
 	$(BIN)/python bench/bench_tree.py
 	$(BIN)/python bench/bench_verify_head.py
+	$(BIN)/python bench/bench_skinny_head.py
 
 metrics: $(STAMP)
 	dvc metrics show

@@ -12,41 +12,27 @@ supervised tokens.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
+from _train_setup import training_setup
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from draftline import target as tgt  # noqa: E402
-from draftline.config import load_params  # noqa: E402
-from draftline.drafter.batching import epoch_batches  # noqa: E402
-from draftline.drafter.head_vocab import HeadVocab  # noqa: E402
-from draftline.drafter.model import build_drafter, drafter_config, mask_token_id  # noqa: E402
-from draftline.drafter.step import Step  # noqa: E402
-from draftline.hidden_store import load_sequences  # noqa: E402
+from draftline.drafter.head_vocab import HeadVocab
+from draftline.drafter.step import Step
 
 BATCHES = 8
 REPS = 3
 
 
 def main() -> None:
-    params = load_params(ROOT / "params.yaml")
-    dp, tp = params.drafter, params.train
+    setup = training_setup(BATCHES)
+    dp, tp = setup.params.drafter, setup.params.train
+    embed_w, head_w, seqs, batches, drafter = setup.embed_w, setup.head_w, setup.seqs, setup.batches, setup.drafter
+    mask_id = setup.mask_id
     size = tp.head_vocab or 8192
-    info = tgt.TargetInfo.load("data/target/info.json")
-    mask_id = mask_token_id(tgt.load_tokenizer("data/target/model"), dp.mask_token)
-    embed_w, head_w = tgt.load_io_weights("data/target/model")
-    seqs = load_sequences(Path("data/hidden"), "train")
     head = HeadVocab.frequent(seqs, size, head_w.shape[0])
     supervised = torch.cat([s.input_ids[s.loss_mask > 0] for s in seqs])
     coverage = float((head.index[supervised] >= 0).float().mean())
-    order = epoch_batches([s.input_ids.shape[0] for s in seqs], [s.id for s in seqs], tp.batch_size, tp.seed, 0)
-    batches = [[seqs[i] for i in b] for b in order[:BATCHES]]
-    drafter = build_drafter(drafter_config(tgt.load_config("data/target/model"), dp, info.target_layer_ids, mask_id),
-                            tp.seed)
     step = Step(drafter, embed_w, head_w, dp, tp, mask_id, head=head)
     built = [step.blocks(b, 0, training=True) for b in batches]
     if step.spec.sparse_teacher:

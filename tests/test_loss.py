@@ -75,7 +75,7 @@ def test_precomputed_top_k_teacher_equals_per_step_top_k(kind, monkeypatch):
     a.backward()
     g_a = rows.grad.clone()
     rows.grad = None
-    sparse = L.top_k_teacher(final, head, k, torch.float64)
+    sparse = L.top_k_teacher(final, head, k)
     assert sparse.ids.shape == (n, k)
     b, _ = L._FusedHeadLoss.apply(rows, head, labels, w, sparse, spec, w.sum(), torch.float64)
     b.backward()
@@ -99,7 +99,7 @@ def test_head_vocab_loss_is_the_softmax_over_the_subset(kind, monkeypatch):
     sub = HeadVocab.of(torch.arange(0, v, 2), v)  # even ids
     labels = torch.randint(0, v, (n,))
     w = torch.rand(n, dtype=torch.float64) + 0.1
-    teacher = L.top_k_teacher(torch.randn(n, h, dtype=torch.float64), head, k, torch.float64)
+    teacher = L.top_k_teacher(torch.randn(n, h, dtype=torch.float64), head, k)
     teacher.ids[0] = torch.tensor([1, 3, 5, 7])  # no token inside: row 0 leaves the KL term
     spec = L.LossSpec(kind, kl_weight=0.3, temperature=2.0, top_k=k)
     denom = w.sum()
@@ -140,3 +140,21 @@ def test_head_vocab_takes_the_most_frequent_tokens():
     assert HeadVocab.frequent(seqs, 100, 10).ids.tolist() == [1, 2, 5, 7, 9]  # at most what occurs
     with pytest.raises(ValueError, match="sequence a: token id 9"):
         HeadVocab.frequent(seqs, 3, 8)
+
+
+@pytest.mark.parametrize("kind", ["ce", "kl", "mix"])
+def test_loss_without_gradient_equals_the_training_loss(kind, monkeypatch):
+    """Evaluation (no grad) skips the gradient's work and gets the same loss and accuracy."""
+    monkeypatch.setattr(L, "CHUNK", 7)
+    torch.manual_seed(4)
+    n, h, v, k = 20, 16, 50, 6
+    rows = torch.randn(n, h, dtype=torch.float64, requires_grad=True)
+    head = torch.randn(v, h, dtype=torch.float64)
+    labels = torch.randint(0, v, (n,))
+    w = torch.rand(n, dtype=torch.float64) + 0.1
+    teacher = L.top_k_teacher(torch.randn(n, h, dtype=torch.float64), head, k)
+    spec = L.LossSpec(kind, kl_weight=0.3, temperature=2.0, top_k=k)
+    a, ca = L._FusedHeadLoss.apply(rows, head, labels, w, teacher, spec, w.sum(), torch.float64, True)
+    with torch.no_grad():
+        b, cb = L._FusedHeadLoss.apply(rows, head, labels, w, teacher, spec, w.sum(), torch.float64, False)
+    assert torch.equal(a.detach(), b) and torch.equal(ca, cb)

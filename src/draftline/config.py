@@ -314,6 +314,10 @@ class TrainParams(Section):
     # Compute precision: auto = bf16 autocast on CUDA and on CPUs with bf16 matrix units
     # (AMX / AVX512-BF16, where the LM head runs ~3.6x faster), fp32 elsewhere.
     precision: Literal["auto", "float32", "bfloat16"] = "auto"
+    # Training attention: blocks = the context and own-block parts only (materialised
+    # scores, drafter/block_attention.py), sdpa = one dense masked call; auto = blocks on
+    # CPU, sdpa on CUDA (flash tiling for long sequences).
+    attention: Literal["auto", "blocks", "sdpa"] = "auto"
 
     @model_validator(mode="after")
     def _accum_divides(self) -> "TrainParams":

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from .skinny_head import SkinnyHead, head_logits
+
 
 @dataclass
 class Decoded:
@@ -45,14 +47,15 @@ class LazyArgmax:
     """The target's greedy choice after each verify row, running the LM head only on the
     rows asked for. Greedy verification reads rows up to the first rejection, about 1.3 of a
     block's 4 at CPU acceptance rates, and on a CPU the head over 4 rows costs twice one
-    row (skinny fp32 GEMMs), so this takes ~5 ms off every step (bench/RESULTS.md)."""
+    row (skinny fp32 GEMMs), so this takes ~5 ms off every step (bench/RESULTS.md). One row
+    at a time, as `plain` decodes: both round the same state alike."""
 
     def __init__(self, head, hidden: torch.Tensor):
-        self.head, self.hidden, self.done = head, hidden, {}
+        self.weight, self.hidden, self.done = head.weight, hidden, {}
 
     def __getitem__(self, i: int) -> int:
         if i not in self.done:
-            self.done[i] = int(self.head(self.hidden[i : i + 1]).argmax(-1))
+            self.done[i] = int(head_logits(self.weight, self.hidden[i : i + 1]).argmax(-1))
         return self.done[i]
 
 
@@ -60,6 +63,14 @@ def verify_greedy(target, ids: torch.Tensor, **kw):
     """One target pass over the verify rows without the LM head: (lazy argmax, outputs)."""
     out = target.base_model(ids, use_cache=True, **kw)
     return LazyArgmax(target.get_output_embeddings(), out.last_hidden_state[0]), out
+
+
+def target_step(target, ids: torch.Tensor, last_only: bool = True, **kw):
+    """A target pass whose logits come from `head_logits` (the last row's, or every row's):
+    (logits [rows, V], outputs)."""
+    out = target.base_model(ids, use_cache=True, **kw)
+    h = out.last_hidden_state[0]
+    return head_logits(target.get_output_embeddings().weight, h[-1:] if last_only else h), out
 
 
 def _stop_cut(tokens: list[int], stop: set[int]) -> int | None:
@@ -107,16 +118,16 @@ def plain(target, input_ids: torch.Tensor, max_new_tokens: int, stop_ids: list[i
           gen: torch.Generator | None = None) -> Decoded:
     stop = set(stop_ids)
     cache = DynamicCache(config=target.config)
-    out = target(input_ids, cache=cache, use_cache=True, logits_to_keep=1)
-    tok = int(choose(out.logits[0, -1], temperature, gen))
+    logits, _ = target_step(target, input_ids, cache=cache)
+    tok = int(choose(logits[-1], temperature, gen))
     tokens = [tok]
     t0 = time.perf_counter()
     n = input_ids.shape[1]
     dev = input_ids.device
     while len(tokens) < max_new_tokens and tok not in stop:
         pos = torch.tensor([[n + len(tokens) - 1]], device=dev)
-        out = target(torch.tensor([[tok]], device=dev), position_ids=pos, cache=cache, use_cache=True)
-        tok = int(choose(out.logits[0, -1], temperature, gen))
+        logits, _ = target_step(target, torch.tensor([[tok]], device=dev), position_ids=pos, cache=cache)
+        tok = int(choose(logits[-1], temperature, gen))
         tokens.append(tok)
     return Decoded(tokens, [], time.perf_counter() - t0)
 
@@ -133,15 +144,15 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
     layer_ids = drafter.target_layer_ids
     mask_id = int(drafter.mask_token_id)
     embed_w = target.get_input_embeddings().weight
-    head = target.get_output_embeddings()
+    head = SkinnyHead(target.get_output_embeddings())
     stop = set(stop_ids)
     n_in = input_ids.shape[1]
     max_len = n_in + max_new_tokens
     dev = input_ids.device
     cache = DynamicCache(config=target.config)
     d_cache = DynamicCache(config=drafter.config)  # the drafter's K/V of context features seen so far
-    out = target(input_ids, cache=cache, use_cache=True, logits_to_keep=1, output_hidden_states=True)
-    seq = input_ids[0].tolist() + [int(choose(out.logits[0, -1], temperature, gen))]
+    logits, out = target_step(target, input_ids, cache=cache, output_hidden_states=True)
+    seq = input_ids[0].tolist() + [int(choose(logits[-1], temperature, gen))]
     ctx = _features(out.hidden_states, layer_ids)  # features not yet in the drafter's cache
     t0 = time.perf_counter()
     start = n_in  # position of the last accepted token, the block's anchor
@@ -157,7 +168,7 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
             h = drafter(target_hidden=ctx, noise_embedding=noise, position_ids=pos, past_key_values=d_cache,
                         use_cache=True)[:, 1 - size:, :]
             _keep(d_cache, start)  # keep the context's K/V, drop the block's
-            logits = drafter.compute_logits(h, head)[0]
+            logits = drafter.compute_logits(h[0], head)
             if temperature == 0:
                 block[1:] = logits.argmax(-1).tolist()
             else:
@@ -172,8 +183,8 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
                 acc += 1
             nxt = choice[acc]
         else:
-            out = target(torch.tensor([block], device=dev), use_cache=True, **verify)
-            p = probs_at(out.logits[0], temperature).cpu()
+            logits, out = target_step(target, torch.tensor([block], device=dev), last_only=False, **verify)
+            p = probs_at(logits, temperature).cpu()
             if size > 1:
                 acc, nxt = rejection_sample(torch.tensor(block[1:]), p, q, gen)
             else:

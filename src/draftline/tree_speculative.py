@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .speculative import Decoded, _features, _keep, _stop_cut, verify_greedy
+from .skinny_head import SkinnyHead
+from .speculative import Decoded, _features, _keep, _stop_cut, target_step, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -126,13 +127,13 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
                      budget: int, block_size: int | None = None, top_k: int | None = None) -> TreeDecoded:
     B, n_in, dev = block_size or drafter.block_size, input_ids.shape[1], input_ids.device
     layer_ids, mask_id = drafter.target_layer_ids, int(drafter.mask_token_id)
-    embed_w, head = target.get_input_embeddings().weight, target.get_output_embeddings()
+    embed_w, head = target.get_input_embeddings().weight, SkinnyHead(target.get_output_embeddings())
     stop, max_len = set(stop_ids), n_in + max_new_tokens
     dtype = next(target.parameters()).dtype
     cache = DynamicCache(config=target.config)
     d_cache = DynamicCache(config=drafter.config)
-    out = target(input_ids, cache=cache, use_cache=True, logits_to_keep=1, output_hidden_states=True)
-    seq = input_ids[0].tolist() + [int(out.logits[0, -1].argmax())]
+    logits, out = target_step(target, input_ids, cache=cache, output_hidden_states=True)
+    seq = input_ids[0].tolist() + [int(logits[-1].argmax())]
     ctx = _features(out.hidden_states, layer_ids)
     t0 = time.perf_counter()
     start = n_in
@@ -150,7 +151,7 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
             h = drafter(target_hidden=ctx, noise_embedding=noise, position_ids=pos, past_key_values=d_cache,
                         use_cache=True)[:, 1:, :]
             _keep(d_cache, start)
-            logp = torch.log_softmax(drafter.compute_logits(h, head)[0].float(), dim=-1)
+            logp = torch.log_softmax(drafter.compute_logits(h[0], head).float(), dim=-1)
             tree = build_tree(logp, budget, top_k)
             argmax = logp.argmax(-1).tolist()
         ids = torch.tensor([[seq[start], *tree.tokens]], device=dev)

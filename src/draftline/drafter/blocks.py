@@ -12,17 +12,37 @@ from dataclasses import dataclass
 
 import torch
 
+from .block_attention import BlockLayout
+
 
 @dataclass
 class BlockBatch:
     context: torch.Tensor  # [b, L, nL*H] target features
     block_ids: torch.Tensor  # [b, A*B] token ids fed to the drafter
     position_ids: torch.Tensor  # [b, L + A*B]
-    attention_mask: torch.Tensor  # [b, 1, A*B, L + A*B] bool, True = may attend
+    ctx_visible: torch.Tensor  # [b, A, L] bool: block a sees context position l (l < anchor)
     labels: torch.Tensor  # [b, A, B-1]
     weights: torch.Tensor  # [b, A, B-1] 0 where nothing is supervised
     teacher_rows: torch.Tensor  # [b, A, B-1] index into the flattened [b*L] final states
     anchors_used: int
+
+    @property
+    def block_size(self) -> int:
+        return self.block_ids.shape[1] // self.ctx_visible.shape[1]
+
+    @property
+    def layout(self) -> BlockLayout:
+        return BlockLayout(self.ctx_visible.shape[2], self.block_size, self.ctx_visible)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """[b, 1, A*B, L + A*B] bool, True = may attend: the context before the anchor and
+        the block's own B slots (what block_attention computes without the dense mask)."""
+        b, A, _ = self.ctx_visible.shape
+        B = self.block_size
+        own = torch.block_diag(*[torch.ones(B, B, dtype=torch.bool)] * A)
+        ctx_part = self.ctx_visible.repeat_interleave(B, dim=1)  # [b, Q, L]
+        return torch.cat([ctx_part, own.expand(b, A * B, A * B)], dim=-1)[:, None]
 
 
 def anchor_candidates(loss_mask: torch.Tensor) -> torch.Tensor:
@@ -94,9 +114,5 @@ def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamm
         # The target's distribution for token[a+k] comes from its state at a+k-1.
         teacher_rows[i, :na] = i * L + (tgt - 1).clamp(max=n - 1)
         ctx_visible[i, :na] = torch.arange(L)[None, :] < a[:, None]
-    # Each block sees its own B slots; build the [Q, Q] block-diagonal once.
-    own = torch.block_diag(*[torch.ones(B, B, dtype=torch.bool)] * A)
-    ctx_part = ctx_visible.repeat_interleave(B, dim=1)  # [b, Q, L]
-    mask = torch.cat([ctx_part, own.expand(b, Q, Q)], dim=-1)[:, None]
     position_ids = torch.cat([torch.arange(L).expand(b, L), block_pos.view(b, Q)], dim=1)
-    return BlockBatch(context, block_ids.view(b, Q), position_ids, mask, labels, weights, teacher_rows, used)
+    return BlockBatch(context, block_ids.view(b, Q), position_ids, ctx_visible, labels, weights, teacher_rows, used)

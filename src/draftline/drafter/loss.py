@@ -58,17 +58,17 @@ class SparseTeacher:
         return SparseTeacher(self.ids.to(device), self.vals.to(device))
 
 
-def top_k_teacher(final_rows: torch.Tensor, lm_head_w: torch.Tensor, k: int,
-                  compute_dtype: torch.dtype = torch.float32) -> SparseTeacher:
-    """Top-k of lm_head(final) row by row, in chunks; the same logits the per-step path computes."""
+def top_k_teacher(final_rows: torch.Tensor, lm_head_w: torch.Tensor, k: int) -> SparseTeacher:
+    """Top-k of lm_head(final) row by row, in chunks, in the head's dtype (cast it once
+    outside: a 49K-row head per call is a copy as large as the product); the same logits
+    the per-step path computes. top-k runs on those logits as they come out of the product,
+    before widening: only the k kept values are converted."""
     acc = torch.float64 if final_rows.dtype == torch.float64 else torch.float32
-    w = lm_head_w.to(compute_dtype)
     ids = torch.empty(final_rows.shape[0], k, dtype=torch.long, device=final_rows.device)
     vals = torch.empty(final_rows.shape[0], k, dtype=acc, device=final_rows.device)
     for s in range(0, final_rows.shape[0], CHUNK):
-        logits = F.linear(final_rows[s : s + CHUNK].to(compute_dtype), w).to(acc)
-        top = logits.topk(k, dim=-1)
-        vals[s : s + CHUNK], ids[s : s + CHUNK] = top.values, top.indices
+        top = F.linear(final_rows[s : s + CHUNK].to(lm_head_w.dtype), lm_head_w).topk(k, dim=-1)
+        vals[s : s + CHUNK], ids[s : s + CHUNK] = top.values.to(acc), top.indices
     return SparseTeacher(ids, vals)
 
 
@@ -87,8 +87,10 @@ def _teacher_probs(t_logits: torch.Tensor, t: float, top_k: int | None):
 
 class _FusedHeadLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, rows, weight, labels, w, teacher_rows, spec: LossSpec, denom, compute_dtype):
-        grad = torch.empty_like(rows)
+    def forward(ctx, rows, weight, labels, w, teacher_rows, spec: LossSpec, denom, compute_dtype,
+                need_grad: bool = True):
+        """need_grad False (evaluation): the loss only, without the gradient's work."""
+        grad = torch.empty_like(rows) if need_grad else None
         acc = torch.float64 if rows.dtype == torch.float64 else torch.float32  # softmax precision
         loss = rows.new_zeros((), dtype=acc)
         correct = torch.empty(rows.shape[0], dtype=torch.bool, device=rows.device)
@@ -101,7 +103,7 @@ class _FusedHeadLoss(torch.autograd.Function):
             scale = (w[s:e] / denom).to(acc)[:, None]
             top, idx = logits.max(-1)
             correct[s:e] = idx == y
-            g = torch.zeros_like(logits)
+            g = torch.zeros_like(logits) if need_grad else None
             if a_kl < 1.0:
                 # softmax(z) - onehot(y): the CE gradient. y = -1 (a label outside a training
                 # head vocabulary) drops out of the CE term.
@@ -112,9 +114,10 @@ class _FusedHeadLoss(torch.autograd.Function):
                 norm = probs.sum(-1)
                 lse = top + norm.log()
                 loss += (1 - a_kl) * ((lse - picked) * scale[:, 0] * ok).sum()
-                probs.div_(norm[:, None])
-                probs[torch.arange(e - s, device=rows.device), y_ok] -= 1.0
-                g.add_(probs * ok[:, None], alpha=1 - a_kl)
+                if need_grad:
+                    probs.div_(norm[:, None])
+                    probs[torch.arange(e - s, device=rows.device), y_ok] -= 1.0
+                    g.add_(probs * ok[:, None], alpha=1 - a_kl)
             if a_kl > 0.0:
                 t = spec.temperature
                 s_logp = torch.log_softmax(logits / t, -1)
@@ -131,15 +134,18 @@ class _FusedHeadLoss(torch.autograd.Function):
                     p = t_logp.exp() * inside * row_ok
                     t_logp = t_logp.masked_fill(p == 0, 0.0)
                     kl = (p * (t_logp - s_logp.gather(1, t_ids))).sum(-1) * t * t
-                    g.add_(s_logp.exp_().mul_(row_ok).scatter_add_(1, t_ids, -p), alpha=a_kl * t)
+                    if need_grad:
+                        g.add_(s_logp.exp_().mul_(row_ok).scatter_add_(1, t_ids, -p), alpha=a_kl * t)
                 else:
                     t_logits = F.linear(teacher_rows[s:e].to(compute_dtype), wc).to(acc)
                     p, t_logp = _teacher_probs(t_logits, t, spec.top_k)
                     kl = (p * (t_logp - s_logp)).sum(-1) * t * t
-                    g.add_(s_logp.exp().sub_(p), alpha=a_kl * t)
+                    if need_grad:
+                        g.add_(s_logp.exp().sub_(p), alpha=a_kl * t)
                 loss += a_kl * (kl * scale[:, 0]).sum()
-            g.mul_(scale)
-            grad[s:e] = (g.to(compute_dtype) @ wc).to(rows.dtype)
+            if need_grad:
+                g.mul_(scale)
+                grad[s:e] = (g.to(compute_dtype) @ wc).to(rows.dtype)
         ctx.save_for_backward(grad)
         ctx.mark_non_differentiable(correct)
         return loss, correct
@@ -147,7 +153,7 @@ class _FusedHeadLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):
         (grad,) = ctx.saved_tensors
-        return grad * grad_loss, None, None, None, None, None, None, None
+        return grad * grad_loss, None, None, None, None, None, None, None, None
 
 
 def select(hidden: torch.Tensor, weights: torch.Tensor, block_size: int):
@@ -180,7 +186,9 @@ def block_loss(hidden, batch, lm_head_w: torch.Tensor, final_flat: "torch.Tensor
     if denom is None:
         denom = w.sum()
     denom = torch.as_tensor(denom, dtype=w.dtype, device=w.device).clamp_min(1e-8)
-    loss, correct = _FusedHeadLoss.apply(rows, lm_head_w.detach(), labels, w, teacher, spec, denom, compute_dtype)
+    need_grad = torch.is_grad_enabled() and rows.requires_grad
+    loss, correct = _FusedHeadLoss.apply(rows, lm_head_w.detach(), labels, w, teacher, spec, denom, compute_dtype,
+                                         need_grad)
     k = keep.nonzero()[:, 2]  # slot index 0..B-2 (predicts block position k+1)
     n_k = torch.bincount(k, minlength=block_size - 1).float()
     c_k = torch.bincount(k, weights=correct.float(), minlength=block_size - 1)

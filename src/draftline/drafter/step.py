@@ -9,6 +9,7 @@ from ..config import DrafterParams, TrainParams
 from ..precision import bf16_units
 from . import blocks
 from .batching import anchor_generator
+from .block_attention import routed
 from .head_vocab import HeadVocab
 from .loss import LossSpec, SparseTeacher, block_loss, top_k_teacher
 
@@ -30,6 +31,10 @@ class Step:
         self.head_w = self.lm_head_w[self.head.ids].contiguous() if head is not None else None
         self.spec = LossSpec.of(tp)
         self.bf16 = use_bf16(tp.precision, device)
+        self.compute_dtype = torch.bfloat16 if self.bf16 else torch.float32
+        # The full head in the compute dtype, cast once (top-k teachers read it per sequence).
+        self.lm_head_c = self.lm_head_w.to(self.compute_dtype)
+        self.block_attention = tp.attention == "blocks" or (tp.attention == "auto" and device.type == "cpu")
         self._teachers: dict[str, SparseTeacher] = {}  # sequence id -> its top-k teacher
 
     def teacher(self, seq) -> SparseTeacher:
@@ -37,9 +42,7 @@ class Step:
         then costs what a CE step costs (no teacher head pass per step)."""
         if seq.id not in self._teachers:
             with torch.no_grad():
-                self._teachers[seq.id] = top_k_teacher(
-                    seq.final.to(self.device), self.lm_head_w, self.spec.top_k,
-                    torch.bfloat16 if self.bf16 else torch.float32)
+                self._teachers[seq.id] = top_k_teacher(seq.final.to(self.device), self.lm_head_c, self.spec.top_k)
         return self._teachers[seq.id]
 
     def _flat_teacher(self, seqs, L: int):
@@ -74,13 +77,21 @@ class Step:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             dev = self.device
             noise = F.embedding(batch.block_ids.to(dev), self.embed_w)
-            hidden = self.drafter(position_ids=batch.position_ids.to(dev),
-                                  attention_mask=batch.attention_mask.to(dev),
-                                  noise_embedding=noise, target_hidden=batch.context.to(dev))
+            inputs = dict(position_ids=batch.position_ids.to(dev), noise_embedding=noise,
+                          target_hidden=batch.context.to(dev))
+            if self.block_attention:
+                with routed():
+                    hidden = self.drafter(**inputs, block_layout=batch.layout.to(dev))
+            else:
+                hidden = self.drafter(**inputs, attention_mask=batch.attention_mask.to(dev))
             final_flat = self._flat_teacher(seqs, batch.context.shape[1]) if self.spec.needs_teacher else None
-            on_dev = blocks.BlockBatch(batch.context, batch.block_ids, batch.position_ids, batch.attention_mask,
+            on_dev = blocks.BlockBatch(batch.context, batch.block_ids, batch.position_ids, batch.ctx_visible,
                                        batch.labels.to(dev), batch.weights.to(dev), batch.teacher_rows.to(dev),
                                        batch.anchors_used)
-            return block_loss(hidden.float(), on_dev, self.head_w if restricted else self.lm_head_w, final_flat,
-                              self.dp.block_size, self.spec, denom, torch.bfloat16 if self.bf16 else torch.float32,
+            if restricted:
+                head_w = self.head_w
+            else:  # evaluation: the full head, already in the compute dtype
+                head_w = self.lm_head_c
+            return block_loss(hidden.float(), on_dev, head_w, final_flat,
+                              self.dp.block_size, self.spec, denom, self.compute_dtype,
                               self.head if restricted else None)
