@@ -49,7 +49,7 @@ def main() -> None:
             for b, blk in zip(batches, built):
                 loss, _ = steps[attention].loss(b, blk, None, training_head=True)
                 loss.backward()
-                total += float(loss)
+                total += float(loss.detach())
             drafter.zero_grad()
             return (time.perf_counter() - t) / len(batches), total
 

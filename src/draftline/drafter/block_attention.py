@@ -6,8 +6,8 @@ the A*B block keys still computes every query row against all A*B block keys, of
 it may see only B; at CPU sequence lengths (L of a few hundred, A*B = 512) that dead part
 is half of the attention work or more. Here the context part is one product masked by
 anchor position and the own-block part a batched [B x B] product, softmaxed together:
-the same attention, 1.3-3.5x faster forward + backward on a CPU
-(`bench/bench_block_attention.py`). It materialises the scores (no flash tiling), which
+the same attention, and training steps 1.25x faster in bf16, 1.10x in float32 on
+the default data (`bench/bench_block_attention.py`). It materialises the scores (no flash tiling), which
 fits CPU sizes; GPU runs, with long sequences and many anchors, keep sdpa
 (`train.attention: auto`).
 
