@@ -2,7 +2,8 @@
 
 Same batch (the first global batch of the training data), same drafter weights, block size
 and anchors (SpecForge's anchor sampler is replaced by ours), same loss (CE with position
-decay, SpecForge's "dflash" loss), both fp32 and sdpa attention. The script first checks
+decay, SpecForge's "dflash" loss), both fp32; SpecForge with its sdpa backend, draftline
+with its CPU default (`train.attention: auto`: block attention). The script first checks
 the two losses agree, then times forward + backward alternately and reports medians and
 the ratio.
 
