@@ -63,7 +63,7 @@ bench-regen: $(STAMP)
 bench-tree: $(STAMP)
 	$(BIN)/python bench/bench_tree.py
 	$(BIN)/python bench/bench_verify_head.py
-	$(BIN)/python bench/bench_skinny_head.py
+	$(BIN)/python bench/bench_skinny.py
 
 metrics: $(STAMP)
 	dvc metrics show

@@ -19,6 +19,7 @@ import torch
 from .config import BenchmarkParams
 from .progress import bar
 from .heldout import eval_order
+from .skinny import skinny_linears
 from .speculative import Decoded, histogram, plain, position_acceptance, prompt_lookup, speculative, tau
 from .tree_speculative import tree_speculative
 
@@ -138,7 +139,15 @@ def report_groups(requests: list[Request]) -> dict:
 
 def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
                   block_size: int):
-    """drafters: {"dflash": trained, "untrained": ...}. Returns (metrics, rows)."""
+    """drafters: {"dflash": trained, "untrained": ...}. Returns (metrics, rows). Every
+    method, the target alone included, runs its linear layers through `skinny_product`, so
+    the speedups compare like with like."""
+    with skinny_linears(target, *drafters.values()):
+        return _measure(target, tok, drafters, prompts, bp, stop_ids, block_size)
+
+
+def _measure(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
+             block_size: int):
     requests = build_requests(target, tok, prompts, bp, stop_ids)
     if not requests:
         raise BenchmarkFailure("benchmark: no eval prompts (check the eval sources in download.sources)")

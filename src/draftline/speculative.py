@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .skinny_head import SkinnyHead, head_logits
+from .skinny import SkinnyHead, head_logits
 
 
 @dataclass

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .skinny_head import SkinnyHead
+from .skinny import SkinnyHead
 from .speculative import Decoded, _features, _keep, _stop_cut, target_step, verify_greedy
 
 
