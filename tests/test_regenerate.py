@@ -131,3 +131,29 @@ def test_samples_need_temperature():
     data["regenerate"]["samples_per_prompt"] = 2
     with pytest.raises(ParamsError, match="regenerate.*samples_per_prompt > 1 needs temperature"):
         parse_params(data)
+
+
+class Batches:
+    """Records the size of every generate call."""
+
+    def __init__(self, inner):
+        self.inner, self.sizes = inner, []
+
+    def generate(self, convs, seed):
+        self.sizes.append(len(convs))
+        return self.inner.generate(convs, seed)
+
+
+def test_hf_batches_group_conversations_by_turn_count(tmp_path, target_model, tokenizer):
+    # By length alone each batch of 2 would pair a one-turn and a two-turn conversation
+    # and spend a second generate call on one row.
+    one = [{**ROWS[0], "id": f"o{i}", "messages": [{"role": "user", "content": "Hi." * (1 + 3 * i)}]}
+           for i in range(2)]
+    two = [{**MULTI, "id": f"t{i}", "messages": [{"role": "user", "content": "Hey." * (1 + 3 * i)},
+                                                 {"role": "user", "content": "Again."}]} for i in range(2)]
+    p = RegenerateParams(max_new_tokens=4)
+    rec = Batches(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]))
+    out = regenerate([one[0], two[0], one[1], two[1]], HFDriver(rec, 2), p, "fp", tmp_path / "w")
+    assert rec.sizes == [2, 2, 2]  # the one-turn pair, then both turns of the two-turn pair
+    assert [r["id"] for r in out.rows] == ["o0", "t0", "o1", "t1"]  # prompt order kept
+    assert [len(r["messages"]) for r in out.rows] == [2, 4, 2, 4]
