@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all preset venv test bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
+.PHONY: all preset venv test gpu-check bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -40,6 +40,11 @@ $(TEST_STAMP): $(STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q tests
+
+# Every stage on this machine's GPU, then one table of tokens/s, tau and speedups
+# (bench/gpu_check.py; needs a CUDA build of torch in the venv).
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
 
 bench-client: $(TEST_STAMP)
 	$(BIN)/python bench/bench_client.py

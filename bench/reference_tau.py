@@ -23,6 +23,7 @@ import dflash.model as zlab  # noqa: E402
 
 from draftline.benchmark import encode_prompt, first_turn, select_prompts  # noqa: E402
 from draftline.config import load_params  # noqa: E402
+from draftline.devices import compute_device  # noqa: E402
 from draftline.drafter.model import load_drafter  # noqa: E402
 from draftline.io import read_parquet  # noqa: E402
 from draftline.speculative import speculative, tau  # noqa: E402
@@ -30,22 +31,24 @@ from draftline.target import TargetInfo, load_model, load_tokenizer  # noqa: E40
 
 
 def main() -> None:
-    zlab._cuda_time = time.perf_counter  # return_stats synchronises CUDA; time on the CPU instead
+    device = compute_device()
+    if device.type == "cpu":
+        zlab._cuda_time = time.perf_counter  # return_stats synchronises CUDA; time on the CPU instead
     bp = load_params().benchmark
     info = TargetInfo.load("data/target/info.json")
-    target = load_model("data/target/model", info.dtype)
+    target = load_model("data/target/model", info.dtype, device)
     tok = load_tokenizer("data/target/model")
-    drafter = load_drafter("data/drafter")
+    drafter = load_drafter("data/drafter").to(device)
     prompts = select_prompts(read_parquet("data/mix/eval.parquet"), bp.prompts_per_source)
     ours, theirs, same = [], [], 0
     for p in prompts:
-        ids = encode_prompt(tok, first_turn(p["messages"]))
+        ids = encode_prompt(tok, first_turn(p["messages"])).to(device)
         mine = speculative(drafter, target, ids, bp.max_new_tokens, info.eos_token_ids)
         ref = zlab.dflash_generate(drafter, target, ids, bp.max_new_tokens, info.eos_token_ids, return_stats=True)
         ours.append(mine.acceptance_lengths)
         theirs.append(ref.acceptance_lengths)
         same += ref.output_ids[0, ids.shape[1]:].tolist() == mine.tokens
-    print(f"prompts {len(prompts)}; identical outputs {same}/{len(prompts)}")
+    print(f"device {device}; prompts {len(prompts)}; identical outputs {same}/{len(prompts)}")
     print(f"tau draftline {tau(ours):.4f}  dflash_generate {tau(theirs):.4f}  |diff| {abs(tau(ours) - tau(theirs)):.4f}")
 
 

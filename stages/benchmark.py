@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from draftline import target as tgt
+from draftline.devices import compute_device
 from draftline.benchmark import BenchmarkFailure, run_benchmark
 from draftline.drafter.model import build_drafter, load_drafter
 from draftline.io import read_parquet, write_json, write_parquet, write_tsv
@@ -28,15 +29,17 @@ POS_PLOT = Path("data/plots/acceptance_by_position.tsv")
 def run(params) -> None:
     bp = params.benchmark
     info = tgt.TargetInfo.load(INFO)
-    target = tgt.load_model(MODEL, info.dtype)
+    device = compute_device()
+    target = tgt.load_model(MODEL, info.dtype, device)
     tok = tgt.load_tokenizer(MODEL)
-    drafter = load_drafter(DRAFTER)
+    drafter = load_drafter(DRAFTER).to(device)
     drafters = {"dflash": drafter}
     if "untrained" in bp.baselines:
-        drafters["untrained"] = build_drafter(drafter.config, bp.seed).eval()
+        drafters["untrained"] = build_drafter(drafter.config, bp.seed).to(device).eval()
     prompts = read_parquet(EVAL)
     B = drafter.block_size
     metrics, rows = run_benchmark(target, tok, drafters, prompts, bp, info.eos_token_ids, B)
+    metrics["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     write_parquet(RESULTS, rows)
     write_json(METRICS, metrics)
     _plots(metrics, B)

@@ -6,6 +6,7 @@
 from pathlib import Path
 
 from draftline import target as tgt
+from draftline.devices import compute_device
 from draftline.extract import extract
 from draftline.hidden_store import ShardWriter
 from draftline.io import atomic_path, read_parquet, write_json
@@ -23,8 +24,9 @@ METRICS = Path("data/metrics/extract.json")
 def run(params) -> None:
     info = tgt.TargetInfo.load(INFO)
     rows = read_parquet(TOKENS)
-    dtype = batch_dtype(params.extract.dtype, info.dtype)
-    model = tgt.load_model(MODEL, dtype)
+    device = compute_device()
+    dtype = batch_dtype(params.extract.dtype, info.dtype, device)
+    model = tgt.load_model(MODEL, dtype, device)
     tok = tgt.load_tokenizer(MODEL)
     pad = tok.pad_token_id if tok.pad_token_id is not None else info.eos_token_ids[0]
     meta = {"target_layer_ids": info.target_layer_ids, "hidden_size": info.hidden_size,
@@ -33,7 +35,7 @@ def run(params) -> None:
         tmp.mkdir(parents=True)
         writer = ShardWriter(tmp, params.extract.shard_tokens, meta)
         stats = extract(model, rows, info.target_layer_ids, writer, params.extract.batch_tokens, pad)
-    write_json(METRICS, {**stats, "compute_dtype": dtype})
+    write_json(METRICS, {**stats, "compute_dtype": dtype, "device": device.type})
     print(f"extract: {stats['tokens']} tokens in {stats['shards']} shard(s), {stats['tokens_per_second']} tok/s")
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from draftline import target as tgt
+from draftline.devices import compute_device
 from draftline.io import read_parquet, write_json, write_parquet
 from draftline.precision import batch_dtype
 from draftline.regenerate.run import HFDriver, regenerate
@@ -42,7 +43,7 @@ def _driver(params):
         return OpenAIDriver(p, LOGS)
     from draftline.regenerate.hf_backend import HFBackend
 
-    model = tgt.load_model(MODEL, _hf_dtype(params))
+    model = tgt.load_model(MODEL, _hf_dtype(params), compute_device())
     tok = tgt.load_tokenizer(MODEL)
     eos = model.generation_config.eos_token_id
     eos_ids = sorted({*(eos if isinstance(eos, list) else [eos]), tok.eos_token_id} - {None})
@@ -50,7 +51,7 @@ def _driver(params):
 
 
 def _hf_dtype(params) -> str:
-    return batch_dtype(params.regenerate.dtype, params.target.dtype)
+    return batch_dtype(params.regenerate.dtype, params.target.dtype, compute_device())
 
 
 def _write_errors(errors: list[dict]) -> None:

@@ -81,7 +81,7 @@ def build_requests(target, tok, prompts: list[dict], bp: BenchmarkParams, stop_i
         turns = user_turns(p["messages"])[: bp.max_turns]
         for t, prefix in enumerate(turns):
             msgs = history + [prefix[-1]] if t else prefix
-            ids = encode_prompt(tok, msgs)
+            ids = encode_prompt(tok, msgs).to(target.device)
             req = Request(p["source"], p["id"], t + 1, msgs, ids)
             out.append(req)
             if t + 1 < len(turns):
@@ -139,9 +139,12 @@ def report_groups(requests: list[Request]) -> dict:
 
 def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
                   block_size: int):
-    """drafters: {"dflash": trained, "untrained": ...}. Returns (metrics, rows). Every
-    method, the target alone included, runs its linear layers through `skinny_product`, so
-    the speedups compare like with like."""
+    """drafters: {"dflash": trained, "untrained": ...}, on the target's device. Returns
+    (metrics, rows). On a CPU every method, the target alone included, runs its linear
+    layers through `skinny_product`, so the speedups compare like with like; on a GPU every
+    method runs them as they are."""
+    if target.device.type != "cpu":
+        return _measure(target, tok, drafters, prompts, bp, stop_ids, block_size)
     with skinny_linears(target, *drafters.values()):
         return _measure(target, tok, drafters, prompts, bp, stop_ids, block_size)
 

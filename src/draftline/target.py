@@ -146,12 +146,12 @@ def load_tokenizer(model_dir: str | Path):
     return tok
 
 
-def load_model(model_dir: str | Path, dtype: str = "float32"):
+def load_model(model_dir: str | Path, dtype: str = "float32", device: torch.device | str = "cpu"):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
         _model_path(Path(model_dir)), dtype=getattr(torch, dtype), attn_implementation="sdpa"
-    )
+    ).to(device)
     head = model.get_output_embeddings()
     if head is not None:
         head.register_forward_pre_hook(_contiguous_input)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..devices import compute_device
+
 
 @dataclass(frozen=True)
 class World:
@@ -31,8 +33,8 @@ class World:
 def init() -> World:
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    device = compute_device()
+    cuda = device.type == "cuda"
     if size == 1:
         return World(device=device)
     if cuda:

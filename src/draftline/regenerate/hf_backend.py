@@ -50,12 +50,14 @@ class HFBackend:
         processors = LogitsProcessorList()
         if p.temperature > 0:
             processors.append(NucleusSampler(p.temperature, p.top_p, seeds))
+        dev = self.model.device
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=attn, max_new_tokens=p.max_new_tokens,
+            input_ids=input_ids.to(dev), attention_mask=attn.to(dev), max_new_tokens=p.max_new_tokens,
             do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=processors,
             eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
             cache=growing_cache(self.model.config),
         )
+        out = out.cpu()
         answers = []
         for i, e in enumerate(encoded):
             gen = out[i, width:].tolist()
