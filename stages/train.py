@@ -16,7 +16,7 @@ import torch
 from draftline import target as tgt
 from draftline.drafter import dist
 from draftline.drafter.checkpoint import fingerprint
-from draftline.drafter.model import (build_drafter, drafter_config, init_from_target, mask_token_id,
+from draftline.drafter.model import (build_drafter, drafter_config, init_from_target, mask_token_id, save_drafter,
                                      target_init_layers)
 from draftline.drafter.step import use_bf16
 from draftline.drafter.train import Resume, train
@@ -75,7 +75,7 @@ def _train(params, dp, tp, world) -> None:
         return
     drafter.to("cpu")
     with atomic_path(OUT) as tmp:
-        drafter.save_pretrained(str(tmp), safe_serialization=True)
+        save_drafter(drafter, tmp)
     _report(log, dp, tp, drafter, world, elapsed, len(train_seqs), len(val_seqs), mask_id)
 
 

@@ -48,6 +48,16 @@ class TargetParams(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
 
+class DFlash2Params(Section):
+    # Taps of the convolution over block slots (2: a slot and its predecessor).
+    conv_kernel_size: Annotated[int, Field(ge=1, le=8)] = 2
+    # Channels sharing one input-dependent tap; must divide the hidden size.
+    conv_group_size: PositiveInt = 16
+    # Rank of the selector's predecessor x candidate score, and candidates per slot.
+    selector_rank: PositiveInt = 16
+    selector_top_k: Annotated[int, Field(ge=2)] = 16
+
+
 class DrafterParams(Section):
     # Decoder layers in the drafter; also picks the default target layers.
     num_layers: PositiveInt = 1
@@ -59,6 +69,12 @@ class DrafterParams(Section):
     # Token whose embedding marks a to-be-predicted slot. SmolLM2 has no spare embedding
     # row, so we reuse a special token that never occurs in chat data (see README).
     mask_token: str = "<empty_output>"
+    # dflash: z-lab's DFlashDraftModel. dflash2: DFlash2DraftModel, the same backbone plus a
+    # grouped dynamic convolution around each sublayer (a slot sees the one before it) and a
+    # candidate selector that walks each slot's top-k given the token picked before it.
+    # z-lab's dflash_generate, vLLM (method dflash) and SGLang (DFLASH) run both.
+    arch: Literal["dflash", "dflash2"] = "dflash"
+    dflash2: DFlash2Params = Field(default_factory=DFlash2Params)
 
 
 SourceKind = Literal["local", "hf", "humaneval", "mtbench", "nemotron", "infinity_instruct", "codealpaca",
@@ -285,6 +301,9 @@ class TrainParams(Section):
     kl_temperature: PositiveFloat = 1.0
     # Keep only the teacher's k most likely tokens (renormalised); null = the full vocabulary.
     kl_top_k: PositiveInt | None = None
+    # dflash2 only: weight of the selector's loss (cross-entropy over each slot's top-k
+    # candidates, the target's token put in when missing), added to the drafter's loss.
+    selector_weight: Annotated[float, Field(ge=0)] = 1.0
     # Training's softmax over the N tokens most frequent in the training sequences instead
     # of the whole vocabulary (the LM head is most of a step); evaluation and the exported
     # drafter use the full head. null = the whole vocabulary. See drafter/head_vocab.py.

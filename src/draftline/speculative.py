@@ -11,6 +11,8 @@ min(1, p(x) / q(x)) (p the target's, q the drafter's distribution at that positi
 at the temperature); the first rejected position is resampled from max(0, p - q)
 renormalised, and a fully accepted block gets a bonus token from p. Every emitted token is
 then distributed exactly as the target's own sample, whatever the drafter proposes.
+A DFlash2 drafter's selector picks each slot from its top-k given the slot before
+(drafter/dflash2.py); q is then the selector's distribution over those candidates.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from .drafter.dflash2 import walk
 from .skinny import SkinnyHead, head_logits
 
 
@@ -143,6 +146,7 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
     B = block_size or drafter.block_size
     layer_ids = drafter.target_layer_ids
     mask_id = int(drafter.mask_token_id)
+    selector = getattr(drafter, "candidate_selector", None)
     embed_w = target.get_input_embeddings().weight
     head = SkinnyHead(target.get_output_embeddings())
     stop = set(stop_ids)
@@ -169,7 +173,10 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
                         use_cache=True)[:, 1 - size:, :]
             _keep(d_cache, start)  # keep the context's K/V, drop the block's
             logits = drafter.compute_logits(h[0], head)
-            if temperature == 0:
+            if selector is not None:  # DFlash2: each slot's pick given the one before it
+                block[1:], q = walk(selector, h[0], logits, block[0], temperature, gen)
+                q = None if q is None else q.cpu()
+            elif temperature == 0:
                 block[1:] = logits.argmax(-1).tolist()
             else:
                 q = probs_at(logits, temperature).cpu()

@@ -1,7 +1,8 @@
-"""Build, save and load drafters as z-lab's `dflash.model.DFlashDraftModel`.
+"""Build, save and load drafters as z-lab's `dflash.model.DFlashDraftModel` (or its
+`DFlash2DraftModel`, `drafter.arch: dflash2`).
 
 We train the reference class itself (not a re-implementation), so a checkpoint we save
-is by construction what `DFlashDraftModel.from_pretrained` loads and `dflash_generate` runs.
+is by construction what `from_pretrained` loads and `dflash_generate` runs.
 """
 
 from __future__ import annotations
@@ -50,26 +51,69 @@ def drafter_config(target_config, drafter: DrafterParams, layer_ids: list[int], 
         use_cache=True,
         layer_types=["full_attention"] * drafter.num_layers,
     )
-    cfg.architectures = ["DFlashDraftModel"]
+    cfg.architectures = [ARCHITECTURES[drafter.arch]]
     cfg.num_target_layers = int(tc.num_hidden_layers)
     cfg.block_size = drafter.block_size
     cfg.dflash_config = {"block_size": drafter.block_size, "mask_token_id": mask_id,
                          "target_layer_ids": list(layer_ids)}
+    if drafter.arch == "dflash2":
+        d2 = drafter.dflash2
+        if cfg.hidden_size % d2.conv_group_size:
+            raise DrafterError(f"drafter.dflash2.conv_group_size: {d2.conv_group_size} does not divide the "
+                               f"hidden size {cfg.hidden_size}")
+        if d2.selector_top_k > cfg.vocab_size:
+            raise DrafterError(f"drafter.dflash2.selector_top_k: {d2.selector_top_k} is more than the "
+                               f"vocabulary ({cfg.vocab_size})")
+        # The four keys that switch DFlash2 on in z-lab's code, vLLM and SGLang.
+        cfg.dflash_config.update(conv_kernel_size=d2.conv_kernel_size, conv_group_size=d2.conv_group_size,
+                                 selector_rank=d2.selector_rank, selector_top_k=d2.selector_top_k)
     return cfg
 
 
+ARCHITECTURES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
+# DFlash2 checkpoints (z-lab's, and what vLLM and SGLang load) store the selector's two
+# codebooks as bare tensors; DFlash2DraftModel.from_pretrained maps them onto `.weight`.
+_BARE = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
+
+
+def _model_class(config):
+    from dflash.model import DFlash2DraftModel, DFlashDraftModel
+
+    return DFlash2DraftModel if "DFlash2DraftModel" in (config.architectures or []) else DFlashDraftModel
+
+
 def build_drafter(config, seed: int):
-    from dflash.model import DFlashDraftModel
+    from .dflash2 import identity_convs
 
     torch.manual_seed(seed)
-    model = DFlashDraftModel(config)
+    model = _model_class(config)(config)
+    identity_convs(model)  # DFlash2: start as the DFlash backbone; DFlash: nothing to do
     return model.float()
 
 
-def load_drafter(path: str | Path, dtype=torch.float32):
-    from dflash.model import DFlashDraftModel
+def save_drafter(drafter, path: str | Path) -> None:
+    """save_pretrained, with DFlash2's codebooks under the names its loaders expect."""
+    drafter.save_pretrained(str(path), safe_serialization=True)
+    if "DFlash2DraftModel" not in (drafter.config.architectures or []):
+        return
+    from safetensors.torch import load_file, save_file
 
-    return DFlashDraftModel.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
+    files = sorted(Path(path).glob("*.safetensors"))
+    if len(files) != 1:
+        raise DrafterError(f"{path}: expected one safetensors file, found {len(files)}")
+    tensors = load_file(str(files[0]))
+    for name in _BARE:
+        tensors[name] = tensors.pop(f"{name}.weight")
+    tmp = files[0].with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.replace(files[0])
+
+
+def load_drafter(path: str | Path, dtype=torch.float32):
+    from transformers import AutoConfig
+
+    cls = _model_class(AutoConfig.from_pretrained(str(path)))
+    return cls.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
 
 
 def target_init_layers(num_target_layers: int, layer_ids: list[int], num_layers: int) -> list[int]:

@@ -10,8 +10,9 @@ from ..precision import bf16_units
 from . import blocks
 from .batching import anchor_generator
 from .block_attention import routed
+from .dflash2 import block_local_convs, is_dflash2, selector_loss, selector_targets
 from .head_vocab import HeadVocab
-from .loss import LossSpec, SparseTeacher, block_loss, top_k_teacher
+from .loss import LossSpec, SparseTeacher, block_loss, select, top_k_teacher
 
 
 def use_bf16(precision: str, device: torch.device = torch.device("cpu")) -> bool:
@@ -71,7 +72,9 @@ class Step:
         return blocks.build(seqs, anchors, self.dp.block_size, self.mask_id, self.tp.gamma, extra > 0)
 
     def loss(self, seqs, batch: blocks.BlockBatch, denom=None, training_head: bool = False):
-        """training_head: normalise over the training head vocabulary, if one is set."""
+        """training_head: a training step: normalise over the training head vocabulary, if
+        one is set, and add a DFlash2 selector's loss (evaluation scores the drafter's own
+        argmax, comparable across architectures)."""
         restricted = training_head and self.head is not None
         # Weights and optimizer stay fp32; autocast runs the matmuls (above all the LM head) in bf16.
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
@@ -79,11 +82,12 @@ class Step:
             noise = F.embedding(batch.block_ids.to(dev), self.embed_w)
             inputs = dict(position_ids=batch.position_ids.to(dev), noise_embedding=noise,
                           target_hidden=batch.context.to(dev))
-            if self.block_attention:
-                with routed():
-                    hidden = self.drafter(**inputs, block_layout=batch.layout.to(dev))
-            else:
-                hidden = self.drafter(**inputs, attention_mask=batch.attention_mask.to(dev))
+            with block_local_convs(self.dp.block_size):
+                if self.block_attention:
+                    with routed():
+                        hidden = self.drafter(**inputs, block_layout=batch.layout.to(dev))
+                else:
+                    hidden = self.drafter(**inputs, attention_mask=batch.attention_mask.to(dev))
             final_flat = self._flat_teacher(seqs, batch.context.shape[1]) if self.spec.needs_teacher else None
             on_dev = blocks.BlockBatch(batch.context, batch.block_ids, batch.position_ids, batch.ctx_visible,
                                        batch.labels.to(dev), batch.weights.to(dev), batch.teacher_rows.to(dev),
@@ -92,6 +96,28 @@ class Step:
                 head_w = self.head_w
             else:  # evaluation: the full head, already in the compute dtype
                 head_w = self.lm_head_c
-            return block_loss(hidden.float(), on_dev, head_w, final_flat,
-                              self.dp.block_size, self.spec, denom, self.compute_dtype,
-                              self.head if restricted else None)
+            loss, stats = block_loss(hidden.float(), on_dev, head_w, final_flat,
+                                     self.dp.block_size, self.spec, denom, self.compute_dtype,
+                                     self.head if restricted else None)
+        if training_head and is_dflash2(self.drafter) and self.tp.selector_weight > 0:
+            loss = loss + self.tp.selector_weight * self._selector_loss(hidden, batch, on_dev, final_flat, head_w,
+                                                                        restricted, denom)
+        return loss, stats
+
+    def _selector_loss(self, hidden, batch, on_dev, final_flat, head_w, restricted: bool, denom):
+        B = self.dp.block_size
+        rows, keep = select(hidden.float(), on_dev.weights, B)
+        predecessors = selector_targets(batch.block_ids.to(self.device), on_dev.labels, keep, B)
+        # The token the selector should pick: the target's own choice there (its top-1 where
+        # a top-k teacher is at hand, which on prompt anchors can differ from the text).
+        if isinstance(final_flat, SparseTeacher):
+            targets = final_flat.ids[on_dev.teacher_rows[keep], 0]
+        else:
+            targets = on_dev.labels[keep]
+        w = on_dev.weights[keep]
+        d = w.sum() if denom is None else torch.as_tensor(denom, dtype=w.dtype, device=w.device)
+        head = self.head if restricted else None
+        with torch.autocast(self.device.type, enabled=False):
+            return selector_loss(self.drafter.candidate_selector, rows, predecessors, targets, head_w,
+                                 head.ids if head else None, head.index if head else None, w,
+                                 d.clamp_min(1e-8), self.dp.dflash2.selector_top_k, self.compute_dtype)
