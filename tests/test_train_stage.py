@@ -65,9 +65,10 @@ def base(tmp_path_factory, target_dir, target_model, tokenizer):
     return root
 
 
-def _copy(base: Path, dest: Path, **train) -> Path:
+def _copy(base: Path, dest: Path, arch: str = "dflash", **train) -> Path:
     shutil.copytree(base, dest, symlinks=True)
     p = yaml.safe_load((dest / "params.yaml").read_text())
+    p["drafter"]["arch"] = arch
     p["train"].update(train)
     (dest / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     return dest
@@ -95,12 +96,13 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "data/drafter/model.safetensors"))
 
 
-def test_killed_run_resumes_to_identical_weights(base, tmp_path):
-    whole = _copy(base, tmp_path / "whole")
+@pytest.mark.parametrize("arch", ["dflash", "dflash2"])
+def test_killed_run_resumes_to_identical_weights(base, tmp_path, arch):
+    whole = _copy(base, tmp_path / "whole", arch)
     m_whole = _train(whole)
     assert m_whole["steps"] == 36 and m_whole["resumed_from_step"] is None
 
-    cut = _copy(base, tmp_path / "cut")
+    cut = _copy(base, tmp_path / "cut", arch)
     proc = subprocess.Popen(_cmd(1), cwd=cut, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     state = cut / "data/train_state"
     deadline = time.time() + 300
@@ -134,10 +136,11 @@ def test_changed_params_do_not_resume_a_stale_checkpoint(base, tmp_path):
     assert _train(run)["resumed_from_step"] is None
 
 
-def test_two_processes_equal_one_with_the_same_global_batch(base, tmp_path):
+@pytest.mark.parametrize("arch", ["dflash", "dflash2"])
+def test_two_processes_equal_one_with_the_same_global_batch(base, tmp_path, arch):
     # 1 process accumulating 2 micro-batches of 2 == 2 processes of 1 micro-batch of 2.
-    one = _copy(base, tmp_path / "one", grad_accum=2, epochs=3)
-    two = _copy(base, tmp_path / "two", grad_accum=1, epochs=3)
+    one = _copy(base, tmp_path / "one", arch, grad_accum=2, epochs=3)
+    two = _copy(base, tmp_path / "two", arch, grad_accum=1, epochs=3)
     m1 = _train(one)
     m2 = _train(two, nproc=2)
     assert m2["processes"] == 2 and m1["processes"] == 1 and m1["steps"] == m2["steps"] == 9
