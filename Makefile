@@ -59,6 +59,7 @@ bench-train: $(STAMP)
 	$(BIN)/python bench/bench_head_vocab.py
 	$(BIN)/python bench/bench_block_attention.py
 	$(BIN)/python bench/bench_teacher.py
+	$(BIN)/python bench/bench_dflash2_step.py
 
 bench-regen: $(STAMP)
 	$(BIN)/python bench/bench_regen_cache.py
