@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all preset venv test gpu-check bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
+.PHONY: all preset venv test test-fast results gpu-check bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -19,7 +19,7 @@ all: $(STAMP)
 # A larger run as a DVC experiment: `make preset PRESET=large` (presets/large.yaml).
 PRESET ?= large
 preset: $(STAMP)
-	flags="$$($(BIN)/python -m draftline.presets presets/$(PRESET).yaml)" && eval dvc exp run -n $(PRESET) $$flags
+	flags="$$(draftline preset presets/$(PRESET).yaml)" && eval dvc exp run -n $(PRESET) $$flags
 
 venv: $(STAMP)
 
@@ -38,8 +38,18 @@ $(TEST_STAMP): $(STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,servers,bench]"
 	touch $(TEST_STAMP)
 
+# Every tier: tests/unit (no model), tests/model (the embedded model, llama.cpp),
+# tests/pipeline (real `dvc repro`), tests/gpu (skipped without CUDA).
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q tests
+
+# The unit tier alone: a few minutes, no model, no server, no DVC run.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+# The README's results tables, rebuilt from the committed metrics (data/metrics/).
+results: $(STAMP)
+	draftline results
 
 # Every stage on this machine's GPU, then one table of tokens/s, tau and speedups
 # (bench/gpu_check.py; needs a CUDA build of torch in the venv).

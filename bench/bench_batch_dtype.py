@@ -9,20 +9,17 @@ extraction runs it. Also how many generated rows come out the same in both dtype
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 warnings.simplefilter("ignore", FutureWarning)
-from bench_regen_cache import seed_batch  # noqa: E402  (this folder is on sys.path)
-from draftline import target as tgt  # noqa: E402
-from draftline.kv_cache import growing_cache  # noqa: E402
+from _setup import load_target  # noqa: E402  (this folder is on sys.path)
+from bench_regen_cache import seed_batch  # noqa: E402
+
 from draftline.precision import bf16_units  # noqa: E402
+from draftline.regenerate.kv_cache import growing_cache  # noqa: E402
 
 BATCH, NEW, ROUNDS, PREFILL = 64, 64, 3, (8, 256)
 DTYPES = ("float32", "bfloat16")
@@ -33,7 +30,7 @@ def main() -> None:
         print("this CPU has no bf16 units: `auto` keeps float32 here, nothing to compare")
         return
     _, ids, attn = seed_batch(BATCH)
-    models = {d: tgt.load_model(ROOT / "data/target/model", d) for d in DTYPES}
+    models = {d: load_target(d) for d in DTYPES}
     gen_kw = dict(input_ids=ids, attention_mask=attn, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
                   pad_token_id=0)
     x = torch.randint(0, models["float32"].config.vocab_size, PREFILL, generator=torch.Generator().manual_seed(0))

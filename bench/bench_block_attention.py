@@ -6,7 +6,7 @@ Both attentions run alternately in float32 and, on hardware with bf16 units, in 
 autocast. The script reports median step times, their ratio and the two losses (equal up
 to rounding: the same attention, computed without the dead block columns).
 
-    .venv/bin/python bench/bench_block_attention.py     # needs `make all` first (data/target/model, data/hidden)
+    .venv/bin/python bench/bench_block_attention.py     # needs `make all` first (the target, hidden states)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import statistics
 import time
 
 import torch
-from _train_setup import training_setup
+from _setup import training_setup
 
 from draftline.drafter.head_vocab import HeadVocab
 from draftline.drafter.step import Step

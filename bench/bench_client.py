@@ -93,8 +93,8 @@ def bench_client(url: str, n: int, in_flight: int) -> int:
 
 def bench_stage(url: str, n: int, in_flight: int) -> int:
     from draftline.config import OpenAIParams, RegenerateParams
+    from draftline.regenerate.drive import regenerate
     from draftline.regenerate.openai_run import OpenAIDriver
-    from draftline.regenerate.run import regenerate
 
     p = RegenerateParams(backend="openai", max_new_tokens=16, shard_rows=1024,
                          openai=OpenAIParams(urls=[url], max_in_flight=in_flight))
@@ -136,7 +136,12 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
+    from draftline import progress
+
+    # No progress bars (the regenerate driver's) unless DRAFTLINE_NO_PROGRESS is set to something
+    # else than 1; the library reads no environment, so the switch is applied here.
     os.environ.setdefault("DRAFTLINE_NO_PROGRESS", "1")
+    progress.configure(os.environ["DRAFTLINE_NO_PROGRESS"] != "1")
     q = mp.get_context("spawn").Queue()
     server = mp.get_context("spawn").Process(target=serve, args=(q,), daemon=True)
     server.start()

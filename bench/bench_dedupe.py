@@ -30,9 +30,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
 
 def make_corpus(n: int, dup_rate: float, seed: int = 0) -> tuple[list[str], np.ndarray, dict]:
     rng = np.random.default_rng(seed)
@@ -90,10 +87,12 @@ def make_corpus(n: int, dup_rate: float, seed: int = 0) -> tuple[list[str], np.n
 
 
 def run_draftline(corpus: Path, settings: dict) -> np.ndarray:
-    from draftline.near_dedupe import MinHashSettings, near_duplicates
+    from draftline.config import NearDedupeParams
+    from draftline.prompts.near_dedupe import near_duplicates
 
     texts = pq.read_table(corpus)["text"]
-    drop, _ = near_duplicates(texts, MinHashSettings(**settings))
+    p = NearDedupeParams(**{k: v for k, v in settings.items() if k != "seed"})
+    drop, _ = near_duplicates(texts, p, settings["seed"])
     return drop
 
 

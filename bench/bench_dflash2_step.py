@@ -7,7 +7,7 @@ run alternately, forward + backward each, with the training head vocabulary; the
 reports median step times and their ratio, and checks that the DFlash2 step's loss is the
 DFlash one plus the selector's term.
 
-    .venv/bin/python bench/bench_dflash2_step.py     # needs `make all` first (data/target/model, data/hidden)
+    .venv/bin/python bench/bench_dflash2_step.py     # needs `make all` first (the target, hidden states)
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import statistics
 import time
 
 import torch
-from _train_setup import training_setup
+from _setup import training_setup
 
-from draftline import target as tgt
 from draftline.drafter.head_vocab import HeadVocab
 from draftline.drafter.model import build_drafter, drafter_config
 from draftline.drafter.step import Step
@@ -31,8 +30,7 @@ def main() -> None:
     setup = training_setup(BATCHES)
     dp, tp = setup.params.drafter, setup.params.train
     dp1, dp2 = dp.model_copy(update={"arch": "dflash"}), dp.model_copy(update={"arch": "dflash2"})
-    info = tgt.TargetInfo.load("data/target/info.json")
-    cfg = tgt.load_config("data/target/model")
+    info, cfg = setup.info, setup.target_config
     d1 = build_drafter(drafter_config(cfg, dp1, info.target_layer_ids, setup.mask_id), tp.seed)
     d2 = build_drafter(drafter_config(cfg, dp2, info.target_layer_ids, setup.mask_id), tp.seed)
     missing, unexpected = d2.load_state_dict(d1.state_dict(), strict=False)

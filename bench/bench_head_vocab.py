@@ -6,7 +6,7 @@ epoch). The two variants run alternately, forward + backward each; the script re
 median step times and their ratio, and the restricted set's size and its coverage of the
 supervised tokens.
 
-    .venv/bin/python bench/bench_head_vocab.py     # needs `make all` first (data/target/model, data/hidden)
+    .venv/bin/python bench/bench_head_vocab.py     # needs `make all` first (the target, hidden states)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import statistics
 import time
 
 import torch
-from _train_setup import training_setup
+from _setup import training_setup
 
 from draftline.drafter.head_vocab import HeadVocab
 from draftline.drafter.step import Step

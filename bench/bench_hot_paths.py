@@ -5,24 +5,20 @@ naive alternative in the same process (ratios, not absolute times).
    one run: applied to a strided [b, A, B-1, H] view of the block outputs; to the same
    rows made one contiguous [N, H] matrix; and draftline's fused chunked head+loss
    (draftline.drafter.loss), in fp32 and in bf16.
-2. Extraction: the base model only (what draftline.extract does) versus the full causal
+2. Extraction: the base model only (what draftline.hidden.capture does) versus the full causal
    LM, which also computes logits that extraction would throw away.
 
-    .venv/bin/python bench/bench_hot_paths.py        # needs data/target/model (make all, or dvc repro target)
+    .venv/bin/python bench/bench_hot_paths.py        # needs the target (make all, or dvc repro target)
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from draftline.target import load_model  # noqa: E402
+from _setup import load_target
 
 
 def timed(fn, reps=5):
@@ -80,7 +76,7 @@ def extraction(model):
 
 def main():
     torch.set_num_threads(torch.get_num_threads())
-    model = load_model(Path("data/target/model"))
+    model = load_target()
     s, c, f32, bf16 = lm_head(model)
     print(f"LM-head loss fwd+bwd, 3584 slots: strided {s * 1e3:.0f} ms, contiguous {c * 1e3:.0f} ms "
           f"(strided/contiguous {s / c:.2f}x); fused fp32 {f32 * 1e3:.0f} ms ({c / f32:.2f}x faster than "

@@ -1,33 +1,29 @@
 """Batched greedy generation on the target: draftline's in-place KV cache vs transformers'
 DynamicCache, same process, same prompts, alternating rounds; outputs must be identical.
 
-    make bench-regen        # needs `make all` first (data/target/model, data/seed)
+    make bench-regen        # needs `make all` first (the target, the seed prompts)
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
+from _setup import load_target, load_tokenizer, path
 from transformers import DynamicCache
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from draftline import target as tgt  # noqa: E402
-from draftline.kv_cache import growing_cache  # noqa: E402
+from draftline.regenerate.kv_cache import growing_cache
 
 BATCH, NEW, ROUNDS = 64, 96, 2
 
 
 def seed_batch(n: int):
     """The target (after `make all`) and the first n seed prompts, left-padded into one batch."""
-    model = tgt.load_model(ROOT / "data/target/model", "float32").eval()
-    tok = tgt.load_tokenizer(ROOT / "data/target/model")
-    rows = [json.loads(line) for line in (ROOT / "data/seed/prompts.jsonl").open()][:n]
+    model = load_target("float32").eval()
+    tok = load_tokenizer()
+    rows = [json.loads(line) for line in (path("prompt_files") / "prompts.jsonl").open()][:n]
     enc = [tok.apply_chat_template(r["messages"][:1], add_generation_prompt=True, tokenize=True,
                                    return_dict=True)["input_ids"] for r in rows]
     width = max(map(len, enc))

@@ -9,19 +9,16 @@ Every row decodes the same number of steps, so tokens/s compare directly.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 from transformers import LogitsProcessorList
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 warnings.simplefilter("ignore", FutureWarning)
 from bench_regen_cache import seed_batch  # noqa: E402  (this folder is on sys.path)
-from draftline.kv_cache import growing_cache  # noqa: E402
+
+from draftline.regenerate.kv_cache import growing_cache  # noqa: E402
 from draftline.regenerate.sampler import NucleusSampler  # noqa: E402
 
 BATCH, NEW, ROUNDS, TEMPERATURE, TOP_P = 64, 64, 3, 0.7, 0.95

@@ -1,4 +1,4 @@
-"""Decoding's few-row products: torch's `linear` against `draftline.skinny`.
+"""Decoding's few-row products: torch's `linear` against `draftline.decode.skinny`.
 
 1. The product alone, with the cache flushed between calls (a 64 MB buffer is written) so
    the weights come from memory as they do in decoding; median of 40 calls each:
@@ -13,29 +13,22 @@
    (`skinny_linears`, what the benchmark stage runs). Reports ms per verify step (per
    token for plain), tokens/s and outputs differing from the first variant's plain greedy.
 
-    .venv/bin/python bench/bench_skinny.py     # needs `make all` first (data/target, data/drafter, data/mix)
+    .venv/bin/python bench/bench_skinny.py     # needs `make all` first (the target, the drafter, the mix)
 """
 
 from __future__ import annotations
 
 import contextlib
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _setup import eval_prompts, load_drafter, load_info, load_params, load_target, load_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from draftline import skinny  # noqa: E402
-from draftline import speculative as spec  # noqa: E402
-from draftline import target as tgt  # noqa: E402
-from draftline.benchmark import build_requests  # noqa: E402
-from draftline.config import load_params  # noqa: E402
-from draftline.drafter.model import build_drafter, load_drafter  # noqa: E402
-from draftline.io import read_parquet  # noqa: E402
+from draftline.decode import chain, skinny, steps
+from draftline.decode.requests import build_requests
+from draftline.drafter.model import build_drafter
 
 CALLS = 40
 VARIANTS = ("linear", "head", "all")
@@ -54,11 +47,13 @@ class LinearHead:
 
 
 def use(variant: str, models) -> contextlib.AbstractContextManager:
-    """Point the decoders at one variant; the returned context routes the linear layers."""
+    """Point the decoders at one variant; the returned context routes the linear layers.
+    The target's passes take `head_logits` in decode/steps.py, the chain's drafter head
+    `SkinnyHead` in decode/chain.py: each is patched where it is used."""
     if variant == "linear":
-        spec.head_logits, spec.SkinnyHead = linear_logits, LinearHead
+        steps.head_logits, chain.SkinnyHead = linear_logits, LinearHead
     else:
-        spec.head_logits, spec.SkinnyHead = skinny.head_logits, skinny.SkinnyHead
+        steps.head_logits, chain.SkinnyHead = skinny.head_logits, skinny.SkinnyHead
     return skinny.skinny_linears(*models) if variant == "all" else contextlib.nullcontext()
 
 
@@ -93,28 +88,28 @@ def products(target) -> None:
 
 
 def main() -> None:
-    params = load_params(ROOT / "params.yaml")
+    params = load_params()
     bp = params.benchmark
-    info = tgt.TargetInfo.load("data/target/info.json")
-    target = tgt.load_model("data/target/model", info.dtype)
-    tok = tgt.load_tokenizer("data/target/model")
+    info = load_info()
+    target = load_target(info.dtype)
+    tok = load_tokenizer()
     products(target)
-    drafter = load_drafter("data/drafter")
+    drafter = load_drafter()
     drafters = {"dflash": drafter, "untrained": build_drafter(drafter.config, bp.seed).eval()}
     models = (target, *drafters.values())
-    reqs = build_requests(target, tok, read_parquet("data/mix/eval.parquet"),
+    reqs = build_requests(target, tok, eval_prompts(),
                           bp.model_copy(update={"prompts_per_source": 4, "max_turns": 1}), info.eos_token_ids)
     stop, n_new = info.eos_token_ids, bp.max_new_tokens
     stats = {(v, m): [0.0, 0, 0, 0] for v in VARIANTS for m in ("plain", *drafters)}
     for v in VARIANTS:  # warm-up
         with use(v, models):
-            spec.plain(target, reqs[0].input_ids, 8, stop)
-            spec.speculative(drafter, target, reqs[0].input_ids, 8, stop)
+            chain.plain(target, reqs[0].input_ids, 8, stop)
+            chain.speculative(drafter, target, reqs[0].input_ids, 8, stop)
     for r in reqs:
         ref = None
         for v in VARIANTS:
             with use(v, models):
-                out = spec.plain(target, r.input_ids, n_new, stop)
+                out = chain.plain(target, r.input_ids, n_new, stop)
                 ref = ref or out.tokens
                 s = stats[(v, "plain")]
                 s[0] += out.decode_seconds
@@ -122,7 +117,7 @@ def main() -> None:
                 s[2] += len(out.tokens) - 1
                 s[3] += out.tokens != ref
                 for m, d in drafters.items():
-                    out = spec.speculative(d, target, r.input_ids, n_new, stop, drafter.block_size)
+                    out = chain.speculative(d, target, r.input_ids, n_new, stop, drafter.block_size)
                     s = stats[(v, m)]
                     s[0] += out.decode_seconds
                     s[1] += len(out.acceptance_lengths)

@@ -10,18 +10,13 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _setup import load_io_weights, load_params, train_sequences
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from draftline import target as tgt  # noqa: E402
-from draftline.config import load_params  # noqa: E402
-from draftline.drafter.loss import CHUNK, SparseTeacher, top_k_teacher  # noqa: E402
-from draftline.hidden_store import load_sequences  # noqa: E402
-from draftline.precision import bf16_units  # noqa: E402
+from draftline.drafter.loss import CHUNK, SparseTeacher, top_k_teacher
+from draftline.precision import bf16_units
 
 REPS = 3
 
@@ -38,9 +33,9 @@ def widened_per_call(final: torch.Tensor, head_w: torch.Tensor, k: int, dtype: t
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 128
-    k = load_params(ROOT / "params.yaml").train.kl_top_k or 32
-    _, head_w = tgt.load_io_weights("data/target/model")
-    seqs = load_sequences(Path("data/hidden"), "train")[:n]
+    k = load_params().train.kl_top_k or 32
+    _, head_w = load_io_weights()
+    seqs = train_sequences()[:n]
     dtype = torch.bfloat16 if bf16_units() else torch.float32
     head_c = head_w.to(dtype)
     old, new = [], []

@@ -7,26 +7,18 @@ with its CPU default (`train.attention: auto`: block attention). The script firs
 the two losses agree, then times forward + backward alternately and reports medians and
 the ratio.
 
-    make bench-train        # needs `make all` first (data/target/model, data/hidden)
+    make bench-train        # needs `make all` first (the target, hidden states)
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
+from _setup import training_setup
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from draftline import target as tgt  # noqa: E402
-from draftline.config import load_params  # noqa: E402
-from draftline.drafter.batching import epoch_batches  # noqa: E402
-from draftline.drafter.model import build_drafter, drafter_config, mask_token_id  # noqa: E402
-from draftline.drafter.step import Step  # noqa: E402
-from draftline.hidden_store import load_sequences  # noqa: E402
+from draftline.drafter.step import Step
 
 REPS = 6
 
@@ -46,17 +38,12 @@ def specforge_model(ours, embed_w, head_w, mask_id, block_size, num_anchors, gam
 
 
 def main() -> None:
-    params = load_params(ROOT / "params.yaml")
-    dp, tp = params.drafter, params.train.model_copy(update={"precision": "float32", "loss": "ce"})
-    info = tgt.TargetInfo.load("data/target/info.json")
-    tok = tgt.load_tokenizer("data/target/model")
-    mask_id = mask_token_id(tok, dp.mask_token)
-    embed_w, head_w = tgt.load_io_weights("data/target/model")
-    seqs = load_sequences(Path("data/hidden"), "train")
-    first = epoch_batches([s.input_ids.shape[0] for s in seqs], [s.id for s in seqs], tp.batch_size, tp.seed, 0)[0]
-    batch_seqs = [seqs[i] for i in first]
-    ours = build_drafter(drafter_config(tgt.load_config("data/target/model"), dp, info.target_layer_ids, mask_id),
-                         tp.seed)
+    # The first global batch of epoch 0 and the drafter built from train.seed; the precision
+    # and loss overrides change neither (batch size and seed stay the params').
+    setup = training_setup(1)
+    dp, tp = setup.params.drafter, setup.params.train.model_copy(update={"precision": "float32", "loss": "ce"})
+    mask_id, embed_w, head_w, ours = setup.mask_id, setup.embed_w, setup.head_w, setup.drafter
+    batch_seqs = setup.batches[0]
     step = Step(ours, embed_w, head_w, dp, tp, mask_id)
     blocks = step.blocks(batch_seqs, 0)
 

@@ -3,7 +3,7 @@
 For every request of the benchmark stage (same prompts, both MT-Bench turns, greedy), in
 one process and alternating per request: the target alone, the drafter's chain (what the
 benchmark stage and z-lab's `dflash_generate` run), and draft trees of several budgets
-from the same drafter pass (`draftline.tree_speculative`). Every output must equal the
+from the same drafter pass (`draftline.decode.tree`). Every output must equal the
 target's greedy output. Prints tau per benchmark, verified nodes per step, the share of
 steps whose accepted path left the argmax chain, and speed relative to the target alone.
 
@@ -17,25 +17,22 @@ import argparse
 import statistics
 import sys
 import warnings
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 warnings.simplefilter("ignore", FutureWarning)
 
-from draftline.benchmark import build_requests  # noqa: E402
-from draftline.config import load_params  # noqa: E402
-from draftline.drafter.model import load_drafter  # noqa: E402
-from draftline.io import read_parquet  # noqa: E402
-from draftline.speculative import plain, speculative, tau  # noqa: E402
-from draftline.target import TargetInfo, load_model, load_tokenizer  # noqa: E402
-from draftline.tree_speculative import tree_speculative  # noqa: E402
+from _setup import eval_prompts, load_drafter, load_info, load_params, load_target, load_tokenizer, path  # noqa: E402
+
+from draftline.decode.acceptance import tau  # noqa: E402
+from draftline.decode.chain import plain, speculative  # noqa: E402
+from draftline.decode.requests import build_requests  # noqa: E402
+from draftline.decode.tree import tree_speculative  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--drafter", default="data/drafter")
+    ap.add_argument("--drafter", default=path("drafter"), help="drafter folder (default: paths.drafter in dvc.yaml)")
     ap.add_argument("--budgets", default="4,8,16")
     ap.add_argument("--prompts-per-source", type=int, default=None)
     args = ap.parse_args()
@@ -43,12 +40,12 @@ def main() -> None:
     if args.prompts_per_source:
         bp = bp.model_copy(update={"prompts_per_source": args.prompts_per_source})
     budgets = [int(b) for b in args.budgets.split(",")]
-    info = TargetInfo.load("data/target/info.json")
-    target = load_model("data/target/model", info.dtype)
-    tok = load_tokenizer("data/target/model")
+    info = load_info()
+    target = load_target(info.dtype)
+    tok = load_tokenizer()
     drafter = load_drafter(args.drafter)
     stop = info.eos_token_ids
-    requests = build_requests(target, tok, read_parquet("data/mix/eval.parquet"), bp, stop)
+    requests = build_requests(target, tok, eval_prompts(), bp, stop)
     methods = {"target": lambda ids: plain(target, ids, bp.max_new_tokens, stop),
                "chain": lambda ids: speculative(drafter, target, ids, bp.max_new_tokens, stop)}
     for b in budgets:

@@ -1,5 +1,5 @@
 """Greedy verification with the LM head on every verify row vs only on the rows the
-acceptance walk reads (`draftline.speculative.LazyArgmax`), same process, alternating per
+acceptance walk reads (`draftline.decode.steps.LazyArgmax`), same process, alternating per
 request, on the benchmark stage's requests: the drafter's chain, the untrained drafter
 (every draft rejected: one row read per step) and a 32-node tree. Outputs must be equal.
 
@@ -9,24 +9,23 @@ request, on the benchmark stage's requests: the drafter's chain, the untrained d
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 warnings.simplefilter("ignore", FutureWarning)
 
-import draftline.speculative as spec  # noqa: E402
-import draftline.tree_speculative as tree_spec  # noqa: E402
-from draftline.benchmark import build_requests  # noqa: E402
-from draftline.config import load_params  # noqa: E402
-from draftline.drafter.model import build_drafter, load_drafter  # noqa: E402
-from draftline.io import read_parquet  # noqa: E402
-from draftline.target import TargetInfo, load_model, load_tokenizer  # noqa: E402
+from _setup import eval_prompts, load_drafter, load_info, load_params, load_target, load_tokenizer  # noqa: E402
 
-LAZY = spec.verify_greedy
+# The chain and the tree call `verify_greedy` by the name each imported from decode/steps.py:
+# a variant is patched into both modules.
+from draftline.decode import chain  # noqa: E402
+from draftline.decode import tree as tree_spec  # noqa: E402
+from draftline.decode.requests import build_requests  # noqa: E402
+from draftline.decode.steps import verify_greedy  # noqa: E402
+from draftline.drafter.model import build_drafter  # noqa: E402
+
+LAZY = verify_greedy
 
 
 def every_row(target, ids, **kw):
@@ -40,16 +39,16 @@ def main() -> None:
     ap.add_argument("--prompts-per-source", type=int, default=4)
     args = ap.parse_args()
     bp = load_params().benchmark.model_copy(update={"prompts_per_source": args.prompts_per_source})
-    info = TargetInfo.load("data/target/info.json")
-    target = load_model("data/target/model", info.dtype)
-    tok = load_tokenizer("data/target/model")
-    drafter = load_drafter("data/drafter")
+    info = load_info()
+    target = load_target(info.dtype)
+    tok = load_tokenizer()
+    drafter = load_drafter()
     untrained = build_drafter(drafter.config, 0).eval()
     stop = info.eos_token_ids
-    requests = build_requests(target, tok, read_parquet("data/mix/eval.parquet"), bp, stop)
+    requests = build_requests(target, tok, eval_prompts(), bp, stop)
     n = bp.max_new_tokens
-    methods = {"chain": lambda ids: spec.speculative(drafter, target, ids, n, stop),
-               "untrained": lambda ids: spec.speculative(untrained, target, ids, n, stop),
+    methods = {"chain": lambda ids: chain.speculative(drafter, target, ids, n, stop),
+               "untrained": lambda ids: chain.speculative(untrained, target, ids, n, stop),
                "tree32": lambda ids: tree_spec.tree_speculative(drafter, target, ids, n, stop, budget=32)}
     variants = {"every row": every_row, "rows read": LAZY}
     times = {(m, v): [] for m in methods for v in variants}
@@ -62,13 +61,13 @@ def main() -> None:
             for m, fn in methods.items():
                 outs = []
                 for v, verify in variants.items():
-                    spec.verify_greedy = tree_spec.verify_greedy = verify
+                    chain.verify_greedy = tree_spec.verify_greedy = verify
                     d = fn(req.input_ids)
                     times[(m, v)].append(d.decode_seconds)
                     outs.append(d.tokens)
                 steps[m] += len(d.acceptance_lengths)
                 differ += outs[0] != outs[1]
-    spec.verify_greedy = tree_spec.verify_greedy = LAZY
+    chain.verify_greedy = tree_spec.verify_greedy = LAZY
     print(f"{len(requests)} requests x {n} new tokens, greedy; outputs differing between variants: {differ}")
     for m in methods:
         base = sum(times[(m, "every row")])

@@ -1,14 +1,20 @@
 """The GPU check: the whole pipeline on one CUDA machine, then its figures in one table.
 
-Runs the stages' own entry points in dvc.yaml's order (`python -m stages.<name>`, what
-`dvc repro` runs), so it also works where dvc is not installed, e.g. a bare GPU node with
-only PyTorch. Every stage computes on the GPU that `draftline.devices` picks: regeneration
+Runs each stage's `cmd` from dvc.yaml, in dvc.yaml's order, as `dvc repro` runs it
+(`draftline <stage> --model ${paths.target_model} ...`, the `${paths.x}` filled in from
+dvc.yaml's `vars`), with this interpreter (`python -m draftline <stage> ...`), so it also
+works where dvc is not installed, e.g. a bare GPU node with only PyTorch and draftline
+installed. Every stage computes on the GPU that `draftline.devices` picks: regeneration
 batched through transformers in bf16, extraction in bf16, training under bf16 autocast, the
 benchmark's one-sequence decoding in the target's dtype (params: target.dtype). Then it
 prints, and writes to `<out>/gpu_check.md` and `.json`, the tokens/s of each stage and the
 benchmark's tau and speedups per benchmark.
 
     python bench/gpu_check.py [--out DIR] [--stages target,download,...] [--params FILE]
+
+--params reaches every stage as DRAFTLINE_PARAMS (`draftline --params`); progress bars are
+off (DRAFTLINE_NO_PROGRESS=1). The table's figures come from the metrics files dvc.yaml
+declares (`paths.<stage>_metrics`).
 
 Each stage's output goes to `<out>/<stage>.log`. A stage that fails stops the run (its log
 tail is printed), except a benchmark whose greedy outputs differ from the target's: its
@@ -20,14 +26,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-STAGES = ["target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"]
-METRICS = ROOT / "data" / "metrics"
+import yaml
+from _setup import DATA, DVC_FILE, ROOT, path
+
+from draftline.cli import STAGES
+from draftline.paths import all_declared
+
+_VAR = re.compile(r"\$\{\s*paths\.(\w+)\s*\}")
 
 
 def _gpu() -> str:
@@ -38,17 +50,40 @@ def _gpu() -> str:
     return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
 
 
+def stage_command(name: str) -> list[str]:
+    """The stage's `cmd` in dvc.yaml with `${paths.x}` resolved from its `vars`, as an argv that
+    runs `draftline` with this interpreter (`python -m draftline`, no console script needed)."""
+    stages = (yaml.safe_load(DVC_FILE.read_text()) or {}).get("stages") or {}
+    if name not in stages or "cmd" not in stages[name]:
+        raise SystemExit(f"gpu_check: {DVC_FILE}: no stage '{name}' with a cmd")
+    paths = {k: str(v) for k, v in all_declared(DVC_FILE).items()}
+
+    def var(m: re.Match) -> str:
+        if m.group(1) not in paths:
+            raise SystemExit(f"gpu_check: {DVC_FILE}: stage {name}: ${{paths.{m.group(1)}}} is not declared")
+        return paths[m.group(1)]
+
+    argv = shlex.split(_VAR.sub(var, str(stages[name]["cmd"])))
+    if "${" in " ".join(argv):
+        raise SystemExit(f"gpu_check: {DVC_FILE}: stage {name}: unresolved variable in {argv}")
+    if not argv or argv[0] != "draftline":
+        raise SystemExit(f"gpu_check: {DVC_FILE}: stage {name}: cmd does not run draftline: {argv}")
+    return [sys.executable, "-m", "draftline", *argv[1:]]
+
+
 def run_stage(name: str, out: Path, env: dict) -> tuple[int, float]:
+    cmd = stage_command(name)
     t0 = time.perf_counter()
     with (out / f"{name}.log").open("w") as log:
-        rc = subprocess.call([sys.executable, "-m", f"stages.{name}"], cwd=ROOT, env=env,
-                             stdout=log, stderr=subprocess.STDOUT)
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        rc = subprocess.call(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     return rc, time.perf_counter() - t0
 
 
 def _read(name: str) -> dict:
-    path = METRICS / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    metrics = path(f"{name}_metrics")
+    return json.loads(metrics.read_text()) if metrics.exists() else {}
 
 
 def _fmt(x, spec: str = ".3f") -> str:
@@ -85,7 +120,7 @@ def summary(device: str, seconds: dict[str, float]) -> tuple[str, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "data" / "gpu_check")
+    ap.add_argument("--out", type=Path, default=DATA / "gpu_check")
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--params", type=Path, default=None, help="params file (default params.yaml)")
     args = ap.parse_args()
@@ -93,11 +128,12 @@ def main() -> None:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise SystemExit(f"gpu_check: --stages: unknown stage(s) {unknown}; known: {STAGES}")
+    for name in stages:  # every stage's command resolves before the first one runs
+        stage_command(name)
     device = _gpu()
     print(f"gpu_check: {device}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DRAFTLINE_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH")]))
     if args.params:
         env["DRAFTLINE_PARAMS"] = str(args.params.resolve())
     seconds: dict[str, float] = {}

@@ -9,37 +9,33 @@ draftline's own loop. Prints both tau values and their difference.
 
 from __future__ import annotations
 
-import sys
+import os
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 warnings.simplefilter("ignore", FutureWarning)
 
 import dflash.model as zlab  # noqa: E402
+from _setup import eval_prompts, load_drafter, load_info, load_params, load_target, load_tokenizer  # noqa: E402
 
-from draftline.benchmark import encode_prompt, first_turn, select_prompts  # noqa: E402
-from draftline.config import load_params  # noqa: E402
+from draftline.decode.acceptance import tau  # noqa: E402
+from draftline.decode.chain import speculative  # noqa: E402
+from draftline.decode.requests import encode_prompt, first_turn, select_prompts  # noqa: E402
 from draftline.devices import compute_device  # noqa: E402
-from draftline.drafter.model import load_drafter  # noqa: E402
-from draftline.io import read_parquet  # noqa: E402
-from draftline.speculative import speculative, tau  # noqa: E402
-from draftline.target import TargetInfo, load_model, load_tokenizer  # noqa: E402
 
 
 def main() -> None:
-    device = compute_device()
+    device = compute_device(os.environ.get("DRAFTLINE_DEVICE"))  # the library reads no environment
     if device.type == "cpu":
         zlab._cuda_time = time.perf_counter  # return_stats synchronises CUDA; time on the CPU instead
     bp = load_params().benchmark
-    info = TargetInfo.load("data/target/info.json")
-    target = load_model("data/target/model", info.dtype, device)
-    tok = load_tokenizer("data/target/model")
-    drafter = load_drafter("data/drafter").to(device)
-    prompts = select_prompts(read_parquet("data/mix/eval.parquet"), bp.prompts_per_source)
+    info = load_info()
+    target = load_target(info.dtype, device)
+    tok = load_tokenizer()
+    drafter = load_drafter().to(device)
+    prompts = select_prompts(eval_prompts(), bp.prompts_per_source)
     ours, theirs, same = [], [], 0
     for p in prompts:
         ids = encode_prompt(tok, first_turn(p["messages"])).to(device)

@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def target_dir(tmp_path_factory) -> Path:
     from draftline.config import TargetParams
-    from draftline.target import materialize
+    from draftline.target.materialize import materialize
 
     out = tmp_path_factory.mktemp("target") / "model"
     materialize(TargetParams(), out)
@@ -36,19 +36,30 @@ def target_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tokenizer(target_dir):
-    from draftline.target import load_tokenizer
+    from draftline.target.load import load_tokenizer
 
     return load_tokenizer(target_dir)
 
 
 @pytest.fixture(scope="session")
 def target_model(target_dir):
-    from draftline.target import load_model
+    from draftline.target.load import load_model
 
     return load_model(target_dir)
 
 
 TINY_VOCAB, TINY_MASK = 6, 5
+
+# The bare training recipe the training tests are written against (cross-entropy, no
+# prompt anchors or teacher shortcuts): params.yaml's recipe is the pipeline's, not theirs.
+BARE_TRAIN = dict(prompt_anchors=0, gamma=4.0, loss="ce", kl_temperature=1.0, kl_top_k=None, head_vocab=None,
+                  init="random", lr=6e-4, epochs=1, max_steps=None, batch_size=8, eval_every=50, checkpoint_every=50)
+
+
+def train_params(**overrides):
+    from draftline.config import TrainParams
+
+    return TrainParams(**{**BARE_TRAIN, **overrides})
 
 
 @pytest.fixture(scope="session")

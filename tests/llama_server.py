@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.request
 
-from draftline.target import embedded_gguf
+from draftline.target.materialize import embedded_gguf
 
 ALIAS = "smollm2"
 

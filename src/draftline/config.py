@@ -1,8 +1,11 @@
-"""The one typed model of params.yaml.
+"""The one typed model of params.yaml, and its one set of defaults.
 
 Every stage validates the whole file before doing any work, so a typo anywhere stops the
 pipeline at its first stage with the offending key named. A stage then reads only its own
-section(s), which are the keys dvc.yaml lists for it.
+section(s), which are the keys dvc.yaml lists for it. A default here is the value
+params.yaml sets (tests/unit/test_config.py holds them together); the reasons for each
+value are in params.yaml's comments and bench/RESULTS.md's decisions table. This module
+imports nothing else from the project, so every stage can depend on it cheaply.
 """
 
 from __future__ import annotations
@@ -13,11 +16,34 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .copy_turns import DEFAULT_REQUESTS as DEFAULT_COPY_REQUESTS
-
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+# Written for this project; generic requests, none taken from a benchmark.
+COPY_REQUESTS = [
+    "Please repeat your answer.", "Rewrite your previous response.", "Say that again, please.",
+    "Can you write that once more?", "Revise your response.", "Edit your previous answer.",
+    "Write your answer again.", "Show me that again.", "Give me your answer one more time.",
+    "Rewrite it, please.", "Once more, please.", "Repeat that for me.",
+]
+
+# Second user turns per category (mix.followups); also written for this project.
+FOLLOWUP_TURNS = {
+    "coding": ["Add a docstring and type hints to that function.", "Rewrite the function without using any loops.",
+               "Now write three unit tests for it.", "Explain the code line by line.",
+               "Make it raise a ValueError on invalid input."],
+    "math": ["Explain each step in more detail.", "Check your answer in a different way.",
+             "Solve the same problem again with every number doubled.",
+             "Write the solution as a short Python program."],
+    "reasoning": ["Summarize your explanation in three bullet points.", "Explain it to a ten-year-old.",
+                  "What is the strongest objection to your answer?"],
+    "writing": ["Rewrite it in a more formal tone.", "Make it half as long.", "Rewrite it as a short poem.",
+                "Rewrite it so that every sentence is shorter."],
+    "chat": ["Can you put that into a numbered list?", "Summarize your answer in two sentences.",
+             "Give me a concrete example."],
+}
 
 
 class ParamsError(ValueError):
@@ -39,7 +65,7 @@ class TargetParams(Section):
     source: str = "embedded"
     # Hub revision (commit, tag or branch) for a hub id; recorded resolved.
     revision: str | None = None
-    # Copy a local/hub model into data/target/model (DVC-cached). Off for large models:
+    # Copy a local/hub model into the target stage's folder (DVC-cached). Off for large models:
     # later stages then load it from `source` directly and only its metadata is versioned.
     materialize: bool = True
     # Compute dtype of the target wherever it runs one sequence at a time (the benchmark's
@@ -60,14 +86,14 @@ class DFlash2Params(Section):
 
 class DrafterParams(Section):
     # Decoder layers in the drafter; also picks the default target layers.
-    num_layers: PositiveInt = 1
+    num_layers: PositiveInt = 3
     # Target layers whose hidden states feed the drafter; null = z-lab's
     # build_target_layer_ids(num_target_layers, num_layers). Checked against the target.
-    target_layer_ids: list[NonNegInt] | None = None
+    target_layer_ids: list[NonNegInt] | None = [1, 26]
     # Tokens per draft block (position 0 is the last accepted token).
-    block_size: Annotated[int, Field(ge=2, le=64)] = 8
+    block_size: Annotated[int, Field(ge=2, le=64)] = 4
     # Token whose embedding marks a to-be-predicted slot. SmolLM2 has no spare embedding
-    # row, so we reuse a special token that never occurs in chat data (see README).
+    # row, so we reuse a special token that never occurs in chat data (docs/training.md).
     mask_token: str = "<empty_output>"
     # dflash: z-lab's DFlashDraftModel. dflash2: DFlash2DraftModel, the same backbone plus a
     # grouped dynamic convolution around each sublayer (a slot sees the one before it) and a
@@ -87,7 +113,7 @@ class SourceParams(Section):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
     # local: a JSONL/Parquet file with field names below; hf: any hub dataset with field
     # names below; humaneval/mtbench: shipped benchmark prompts; the rest: a known
-    # source's schema and category labels (src/draftline/adapters.py).
+    # source's schema and category labels (prompts/adapters.py).
     kind: SourceKind
     # train: prompts for regeneration; eval: held-out benchmark prompts; split: the first
     # `holdout` prompts (in the benchmark's order) are eval, the rest train. Mix drops any
@@ -154,7 +180,8 @@ class FollowupParams(Section):
     # Share of single-turn prompts (train and val) that get a second user turn.
     fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
     # Follow-up turns per category; a prompt of a category not listed keeps one turn.
-    turns: dict[str, list[Annotated[str, Field(min_length=1)]]] = {}
+    turns: dict[str, list[Annotated[str, Field(min_length=1)]]] = Field(
+        default_factory=lambda: {k: list(v) for k, v in FOLLOWUP_TURNS.items()})
 
 
 class MixParams(Section):
@@ -171,7 +198,7 @@ class MixParams(Section):
     decontaminate_ngram: PositiveInt = 13
     # Eval prompts kept per eval source (null = all); benchmark takes its subset from these.
     max_eval_per_source: PositiveInt | None = None
-    # Second turns for single-turn training prompts (see draftline.mix.add_followups).
+    # Second turns for single-turn training prompts (prompts/mixture.py, add_followups).
     followups: FollowupParams = FollowupParams()
 
 
@@ -217,7 +244,7 @@ class OpenAIParams(Section):
 
 class RegenerateParams(Section):
     backend: Literal["hf", "openai"] = "hf"
-    max_new_tokens: PositiveInt = 256
+    max_new_tokens: PositiveInt = 128
     temperature: Annotated[float, Field(ge=0)] = 0.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     seed: int = 0
@@ -236,9 +263,9 @@ class RegenerateParams(Section):
     # The stage fails when more than this share of rows still fail after retries.
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
     # hf backend: prompts per generate() call.
-    batch_size: PositiveInt = 32
+    batch_size: PositiveInt = 64
     # hf backend: the target's compute dtype here. auto = bfloat16 on CUDA and on CPUs with
-    # bf16 matrix units (batched decoding 1.6x, prefill 2.4x on AMX, bench/RESULTS.md), else
+    # bf16 matrix units (faster there, bench/RESULTS.md), else
     # target.dtype. Part of every row's resume key.
     dtype: BatchDtype = "auto"
     # Rows per resume shard: an interrupted run loses at most this many answers
@@ -262,11 +289,11 @@ class RegenerateParams(Section):
 
 class CopyTurnParams(Section):
     # Share of single-turn training conversations given a synthetic second turn: one of
-    # `requests`, answered by the first answer verbatim (draftline.copy_turns).
+    # `requests`, answered by the first answer verbatim (sequences/copy_turns.py).
     fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
     seed: int = 0
     requests: list[Annotated[str, Field(min_length=1)]] = Field(
-        default_factory=lambda: list(DEFAULT_COPY_REQUESTS), min_length=1)
+        default_factory=lambda: list(COPY_REQUESTS), min_length=1)
 
 
 class TokenizeParams(Section):
@@ -291,47 +318,47 @@ class TrainParams(Section):
     # Extra anchors per sequence outside the loss mask (prompts, template, earlier turns),
     # trained on the target's own distribution there: hidden states extraction already
     # paid for, no regeneration. Meant for `kl` (with `ce` the labels are the user's text).
-    prompt_anchors: Annotated[int, Field(ge=0)] = 0
+    prompt_anchors: Annotated[int, Field(ge=0)] = 64
     # Position-decay gamma: weight exp(-(k-1)/gamma) for block position k.
-    gamma: PositiveFloat | None = 4.0
+    gamma: PositiveFloat | None = 1.0
     # ce: hard labels (the target's own tokens); kl: soft labels, KL(teacher || drafter) at
     # temperature kl_temperature; mix: (1 - kl_weight) * ce + kl_weight * kl.
-    loss: Literal["ce", "kl", "mix"] = "ce"
+    loss: Literal["ce", "kl", "mix"] = "kl"
     kl_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
-    kl_temperature: PositiveFloat = 1.0
+    kl_temperature: PositiveFloat = 2.0
     # Keep only the teacher's k most likely tokens (renormalised); null = the full vocabulary.
-    kl_top_k: PositiveInt | None = None
+    kl_top_k: PositiveInt | None = 32
     # dflash2 only: weight of the selector's loss (cross-entropy over each slot's top-k
     # candidates, the target's token put in when missing), added to the drafter's loss.
     selector_weight: Annotated[float, Field(ge=0)] = 1.0
     # Training's softmax over the N tokens most frequent in the training sequences instead
     # of the whole vocabulary (the LM head is most of a step); evaluation and the exported
     # drafter use the full head. null = the whole vocabulary. See drafter/head_vocab.py.
-    head_vocab: PositiveInt | None = None
+    head_vocab: PositiveInt | None = 8192
     # random: a fresh drafter; target: drafter layers start as copies of the target's layers
     # after the deepest captured one (dense Llama/Qwen-style targets), see drafter/model.py.
-    init: Literal["random", "target"] = "random"
-    lr: PositiveFloat = 6e-4
+    init: Literal["random", "target"] = "target"
+    lr: PositiveFloat = 0.003
     # Cosine decay from lr to lr * min_lr_ratio after a linear warmup.
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
     warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.04
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
     grad_clip: PositiveFloat = 1.0
-    epochs: PositiveInt = 1
+    epochs: PositiveInt = 5
     # Stop after this many optimizer steps (null = run all epochs).
-    max_steps: PositiveInt | None = None
+    max_steps: PositiveInt | None = 1216
     # Sequences per optimizer step, over all processes and accumulation micro-batches:
     # the same value gives the same training whatever the number of processes.
-    batch_size: PositiveInt = 8
+    batch_size: PositiveInt = 2
     # Micro-batches per process per step (memory knob; the result does not depend on it).
     grad_accum: PositiveInt = 1
     # Validation loss, per-position accuracy and acceptance every N steps (and at the end).
-    eval_every: PositiveInt = 50
-    # Resume state every N steps (data/train_state); a killed run continues from the last.
-    checkpoint_every: PositiveInt = 50
+    eval_every: PositiveInt = 100
+    # Resume state every N steps (train --state); a killed run continues from the last.
+    checkpoint_every: PositiveInt = 100
     keep_checkpoints: PositiveInt = 2
     # Compute precision: auto = bf16 autocast on CUDA and on CPUs with bf16 matrix units
-    # (AMX / AVX512-BF16, where the LM head runs ~3.6x faster), fp32 elsewhere.
+    # (AMX / AVX512-BF16, where the LM head runs several times faster), fp32 elsewhere.
     precision: Literal["auto", "float32", "bfloat16"] = "auto"
     # Training attention: blocks = the context and own-block parts only (materialised
     # scores, drafter/block_attention.py), sdpa = one dense masked call; auto = blocks on
@@ -347,8 +374,8 @@ class TrainParams(Section):
 
 class BenchmarkParams(Section):
     # Prompts per eval source (HumanEval prompt, MT-Bench question with both turns, ...).
-    prompts_per_source: PositiveInt = 10
-    max_new_tokens: PositiveInt = 128
+    prompts_per_source: PositiveInt = 8
+    max_new_tokens: PositiveInt = 40
     # User turns answered per prompt (MT-Bench has two; the second follows the target's own
     # first answer). 1 = first turns only.
     max_turns: PositiveInt = 2
@@ -358,7 +385,7 @@ class BenchmarkParams(Section):
     # Sampling temperatures: 0 = greedy (output checked token for token against plain
     # greedy decoding); > 0 = speculative sampling with lossless rejection sampling.
     temperatures: list[Annotated[float, Field(ge=0)]] = Field(default_factory=lambda: [0.0], min_length=1)
-    # Draft trees from the same drafter pass, greedy only (draftline.tree_speculative): each
+    # Draft trees from the same drafter pass, greedy only (decode/tree.py): each
     # budget is the number of drafted nodes the target verifies per step (the chain verifies
     # block_size - 1). Reported beside the chain as method `tree_<budget>`.
     tree_budgets: list[PositiveInt] = []

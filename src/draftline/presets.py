@@ -1,6 +1,6 @@
-"""Params presets: a YAML overlay of params.yaml, turned into `dvc exp run -S` flags.
+"""`draftline preset`: a YAML overlay of params.yaml, turned into `dvc exp run -S` flags.
 
-    python -m draftline.presets presets/large.yaml   # prints -S key=value ... for dvc exp run
+    draftline preset presets/large.yaml   # prints -S key=value ... for dvc exp run (make preset)
 
 Running a preset as a DVC experiment keeps params.yaml untouched, records every override
 in `dvc exp show`, and reruns only the stages whose keys the preset changes. The overlay
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
+import click
 import yaml
 
 from .config import ParamsError, parse_params
@@ -46,9 +46,14 @@ def flags(preset: Path, params: Path = Path("params.yaml")) -> list[str]:
             for k, v in _flatten(over)]
 
 
-if __name__ == "__main__":
+@click.command("preset")
+@click.argument("preset", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_obj
+def command(settings, preset):
+    """Print `dvc exp run -S` flags for a params overlay.
+
+    The overlay is validated against the whole params model first."""
     try:
-        print(" ".join(flags(Path(sys.argv[1]))))
-    except (ParamsError, OSError, IndexError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        click.echo(" ".join(flags(preset, settings.params)))
+    except (ParamsError, OSError) as err:
+        raise click.ClickException(str(err)) from None

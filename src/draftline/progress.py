@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from tqdm import tqdm
+
+_enabled = True
+
+
+def configure(enabled: bool) -> None:
+    """`draftline --no-progress` (or DRAFTLINE_NO_PROGRESS=1) turns every bar off."""
+    global _enabled
+    _enabled = enabled
 
 
 def bar(total: int | None, desc: str, unit: str = "it") -> tqdm:
@@ -17,6 +24,6 @@ def bar(total: int | None, desc: str, unit: str = "it") -> tqdm:
         unit=unit,
         dynamic_ncols=True,
         mininterval=10.0 if quiet else 0.5,
-        disable=os.environ.get("DRAFTLINE_NO_PROGRESS") == "1",
+        disable=not _enabled,
         file=sys.stderr,
     )

@@ -57,7 +57,8 @@ def latest(folder: Path, fp: str) -> dict | None:
     """The newest checkpoint with this fingerprint; others (a different run) are removed."""
     for _, path in reversed(_listed(folder)):
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
+            # weights_only: tensors, numbers, strings and containers, never arbitrary objects.
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # a torn file cannot exist (atomic rename), but say so if it does
             raise RuntimeError(f"{path}: unreadable checkpoint ({err}); delete it to start afresh") from None
         if state.get("fingerprint") == fp:

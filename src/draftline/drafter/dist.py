@@ -15,8 +15,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..devices import compute_device
-
 
 @dataclass(frozen=True)
 class World:
@@ -30,10 +28,10 @@ class World:
         return self.rank == 0
 
 
-def init() -> World:
+def init(device: torch.device) -> World:
+    """This process's place in the run; `device` is its compute device (devices.py)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    device = compute_device()
     cuda = device.type == "cuda"
     if size == 1:
         return World(device=device)

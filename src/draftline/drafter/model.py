@@ -91,9 +91,17 @@ def build_drafter(config, seed: int):
     return model.float()
 
 
+# What a saved drafter folder holds: one weights file whatever the size (dvc.yaml declares
+# each file, so the model card written beside them by the benchmark stage has its own owner).
+DRAFTER_FILES = ("config.json", "model.safetensors")
+
+
 def save_drafter(drafter, path: str | Path) -> None:
     """save_pretrained, with DFlash2's codebooks under the names its loaders expect."""
-    drafter.save_pretrained(str(path), safe_serialization=True)
+    drafter.save_pretrained(str(path), safe_serialization=True, max_shard_size="1000GB")
+    written = sorted(p.name for p in Path(path).iterdir())
+    if written != sorted(DRAFTER_FILES):
+        raise DrafterError(f"{path}: save_pretrained wrote {written}, expected {sorted(DRAFTER_FILES)}")
     if "DFlash2DraftModel" not in (drafter.config.architectures or []):
         return
     from safetensors.torch import load_file, save_file

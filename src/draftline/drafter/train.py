@@ -1,134 +1,149 @@
-"""The training loop: global length-bucketed batches, micro-batches over processes and
-accumulation, AdamW with warmup + cosine, held-out evals, checkpoints and exact resume."""
+"""Stage `train`: train the DFlash drafter on the stored hidden states.
+
+    draftline train                                          # one process
+    torchrun --nproc_per_node N -m draftline train           # data parallel (NCCL on GPUs, gloo on CPUs)
+
+Writes the drafter's config.json and model.safetensors, metrics and the training curves;
+keeps resume state in the --state folder (a killed run continues from its last checkpoint
+when rerun with the same params, data and code).
+"""
 
 from __future__ import annotations
 
-import math
+import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+import click
 
-from ..config import DrafterParams, TrainParams
-from ..progress import bar
-from . import checkpoint, dist
-from .batching import Padding, epoch_batches, micro_batches
-from .evaluate import evaluate
-from .head_vocab import HeadVocab
-from .schedule import lr_at
-from .step import Step
-
-
-@dataclass
-class TrainLog:
-    steps: list[dict] = field(default_factory=list)
-    evals: list[dict] = field(default_factory=list)
-    padding: dict = field(default_factory=lambda: {"real": 0, "padded": 0})
-    resumed_from: int | None = None
-
-    def as_dict(self) -> dict:
-        return {"steps": self.steps, "evals": self.evals, "padding": self.padding}
-
-    @property
-    def padding_fraction(self) -> float:
-        p = self.padding
-        return 1 - p["real"] / p["padded"] if p["padded"] else 0.0
+from ..command import path_option, run_stage
+from ..devices import compute_device
+from ..hidden.store import load_sequences, read_index
+from ..io import write_json, write_tsv
+from ..target.info import TargetInfo
+from ..target.load import load_config, load_tokenizer
+from ..target.weights import load_io_weights, load_layer_weights
+from . import dist
+from .checkpoint import fingerprint
+from .loop import Resume, train
+from .model import (
+    DRAFTER_FILES,
+    build_drafter,
+    drafter_config,
+    init_from_target,
+    mask_token_id,
+    save_drafter,
+    target_init_layers,
+)
+from .step import use_bf16
 
 
-@dataclass
-class Resume:
-    folder: Path
-    fingerprint: str
-    every: int
-    keep: int
+def run(params, model: Path, info_file: Path, hidden: Path, out: Path, state: Path, metrics: Path,
+        plots: dict[str, Path], device=None) -> None:
+    world = dist.init(device or compute_device())
+    try:
+        _train(params, params.drafter, params.train, world, model, info_file, hidden, out, state, metrics, plots)
+    finally:
+        dist.close(world)
 
 
-def total_steps(n_seqs: int, tp: TrainParams) -> tuple[int, int]:
-    per_epoch = math.ceil(n_seqs / tp.batch_size)
-    total = per_epoch * tp.epochs
-    return per_epoch, total if tp.max_steps is None else min(tp.max_steps, total)
-
-
-def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, tp: TrainParams, mask_id: int,
-          world: dist.World = dist.World(), resume: Resume | None = None) -> TrainLog:
-    torch.manual_seed(tp.seed)
-    drafter.to(world.device)
-    head = HeadVocab.frequent(train_seqs, tp.head_vocab, lm_head_w.shape[0]) if tp.head_vocab else None
-    step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device, head)
-    per_epoch, total = total_steps(len(train_seqs), tp)
-    params = [p for p in drafter.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95))
-    log = TrainLog()
-    start = 0
-    if resume is not None:
-        state = checkpoint.latest(resume.folder, resume.fingerprint) if world.main else None
-        if dist.broadcast_flag(world, state is not None):
-            if state is None:  # other ranks read the file rank 0 chose
-                state = checkpoint.latest(resume.folder, resume.fingerprint)
-            checkpoint.restore(state, drafter, opt)
-            start = state["step"]
-            log.steps, log.evals, log.padding = state["log"]["steps"], state["log"]["evals"], state["log"]["padding"]
-            log.resumed_from = start
-    lengths = [s.input_ids.shape[0] for s in train_seqs]
-    ids = [s.id for s in train_seqs]
-    drafter.train()
-    pb = bar(total, "train", unit="step") if world.main else None
-    if pb is not None and start:
-        pb.update(start)
+def _train(params, dp, tp, world, model_dir, info_file, hidden, out, state, metrics, plots) -> None:
+    info = TargetInfo.load(info_file)
+    index = read_index(hidden)
+    if index["target_layer_ids"] != info.target_layer_ids:
+        raise ValueError(f"{hidden}: extracted layers {index['target_layer_ids']} differ from "
+                         f"{info.target_layer_ids} in {info_file}; rerun extract")
+    if tp.batch_size % (world.size * tp.grad_accum):
+        raise ValueError(f"train.batch_size ({tp.batch_size}) must be a multiple of processes ({world.size}) "
+                         f"x train.grad_accum ({tp.grad_accum})")
+    tok = load_tokenizer(model_dir)
+    mask_id = mask_token_id(tok, dp.mask_token)
+    embed_w, head_w = load_io_weights(model_dir)
+    train_seqs = load_sequences(hidden, "train")
+    val_seqs = load_sequences(hidden, "val")
+    if not train_seqs:
+        raise ValueError(f"{hidden}: no training sequences")
+    config = drafter_config(load_config(model_dir), dp, info.target_layer_ids, mask_id)
+    drafter = build_drafter(config, tp.seed)
+    if tp.init == "target":
+        layers = target_init_layers(info.num_hidden_layers, info.target_layer_ids, dp.num_layers)
+        init_from_target(drafter, *load_layer_weights(model_dir, layers))
+    resume = Resume(state, fingerprint(tp.model_dump(), dp.model_dump(), index), tp.checkpoint_every,
+                    tp.keep_checkpoints)
     t0 = time.perf_counter()
-    step = start
-    while step < total:
-        epoch, index = divmod(step, per_epoch)
-        batch_ids = epoch_batches(lengths, ids, tp.batch_size, tp.seed, epoch)[index]
-        micro = micro_batches(batch_ids, world.rank, world.size, tp.grad_accum)
-        seqs = [[train_seqs[i] for i in m] for m in micro]
-        built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
-        local_w = sum(float(b.weights.sum()) for b in built)
-        pad = Padding()
-        for m in micro:
-            pad.add([lengths[i] for i in m])
-        denom, real, padded = dist.all_sum(world, [local_w, pad.real, pad.padded])
-        lr = lr_at(step, total, tp.lr, tp.warmup_ratio, tp.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad(set_to_none=False)
-        loss_sum, slots = 0.0, 0
-        c = torch.zeros(dp.block_size - 1)
-        n = torch.zeros_like(c)
-        for s, b in zip(seqs, built):
-            loss, st = step_fn.loss(s, b, denom, training_head=True)
-            loss.backward()
-            loss_sum += loss.item()
-            slots += st["slots"]
-            c += st["correct_by_pos"]
-            n += st["count_by_pos"]
-        dist.all_sum_grads(world, params)
-        gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
-        opt.step()
-        loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
-        c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])
-        step += 1
-        log.padding["real"] += int(real)
-        log.padding["padded"] += int(padded)
-        acc = (c / n.clamp_min(1)).tolist()
-        row = {"step": step, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(gnorm),
-               "slots": int(slots), "padding": round(1 - real / max(padded, 1), 4),
-               "seconds": round(time.perf_counter() - t0, 2)}
-        row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
-        log.steps.append(row)
-        if pb is not None:
-            pb.update(1)
-            pb.set_postfix(loss=f"{loss_sum:.3f}", acc1=f"{acc[0]:.2f}")
-        if val_seqs and world.main and (step % tp.eval_every == 0 or step == total):
-            ev = evaluate(step_fn, val_seqs, max(1, tp.batch_size // tp.grad_accum), tp.seed)
-            log.evals.append({"step": step, **ev})
-            if pb is not None:
-                pb.set_postfix(loss=f"{loss_sum:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
-        if resume is not None and (step % resume.every == 0 or step == total):
-            if world.main:
-                checkpoint.save(resume.folder, step, resume.fingerprint, drafter, opt, log.as_dict(), resume.keep)
-            dist.barrier(world)
-    if pb is not None:
-        pb.close()
-    return log
+    log = train(drafter, embed_w, head_w, train_seqs, val_seqs, dp, tp, mask_id, world, resume)
+    elapsed = time.perf_counter() - t0
+    if not world.main:
+        return
+    drafter.to("cpu")
+    _save(drafter, out)
+    _report(log, dp, tp, drafter, world, elapsed, len(train_seqs), len(val_seqs), mask_id, metrics, plots)
+
+
+def _save(drafter, out: Path) -> None:
+    """The drafter's files into `out`, each replaced whole (other files there, such as the
+    model card, belong to other stages and stay)."""
+    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    try:
+        save_drafter(drafter, tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in DRAFTER_FILES:
+            os.replace(tmp / name, out / name)
+    finally:
+        if tmp.exists():
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+
+
+def _report(log, dp, tp, drafter, world, elapsed, n_train, n_val, mask_id, metrics_file, plots) -> None:
+    B = dp.block_size
+    last = log.steps[-1]
+    tail = log.steps[-max(1, len(log.steps) // 10):]  # mean of the last 10% of steps
+    ran = last["step"] - (log.resumed_from or 0)
+    metrics = {"steps": last["step"], "train_loss": sum(s["loss"] for s in tail) / len(tail),
+               "train_acc_1": sum(s["acc_1"] for s in tail) / len(tail), "seconds": round(elapsed, 1),
+               "steps_per_second": round(ran / elapsed, 3) if ran else None,
+               "resumed_from_step": log.resumed_from, "processes": world.size,
+               "padding_fraction": round(log.padding_fraction, 4),
+               "train_sequences": n_train, "val_sequences": n_val, "loss": tp.loss,
+               "mask_token_id": mask_id, "mask_token": dp.mask_token,
+               "drafter_parameters": sum(p.numel() for p in drafter.parameters()),
+               "precision": "bfloat16" if use_bf16(tp.precision, world.device) else "float32"}
+    if log.evals:
+        ev = log.evals[-1]
+        metrics.update({"val_loss": ev["loss"], "val_acc_1": ev["acc_by_pos"][0],
+                        "val_tau_estimate": ev["tau_estimate"]})
+    write_json(metrics_file, metrics)
+    cols = ["step", "epoch", "loss", "lr", "grad_norm", "slots", "padding", "seconds"]
+    cols += [f"acc_{k}" for k in range(1, B)]
+    write_tsv(plots["steps"], cols, [[s[c] for c in cols] for s in log.steps])
+    write_tsv(plots["eval"], ["step", "val_loss", "val_acc_1", "val_tau_estimate"],
+              [[e["step"], e["loss"], e["acc_by_pos"][0], e["tau_estimate"]] for e in log.evals])
+    final_acc = log.evals[-1]["acc_by_pos"] if log.evals else [last[f"acc_{k}"] for k in range(1, B)]
+    write_tsv(plots["position"], ["position", "accuracy"], [[k + 1, a] for k, a in enumerate(final_acc)])
+    print(f"train: {last['step']} steps in {elapsed:.0f}s, loss {metrics['train_loss']:.3f}, "
+          f"padding {metrics['padding_fraction']:.1%}"
+          + (f", val tau estimate {metrics['val_tau_estimate']:.3f}" if log.evals else ""))
+
+
+@click.command("train")
+@path_option("--model", "target_model", "Reads: the target's tokenizer, config, embeddings, LM head and (init: "
+                                        "target) the layers the drafter starts from.")
+@path_option("--info", "target_info", "Reads: the captured layers and layer count.")
+@path_option("--hidden", "hidden", "Reads: the extracted hidden-state shards.")
+@path_option("--out", "drafter", f"Writes: the drafter folder's {' and '.join(DRAFTER_FILES)} (z-lab's "
+                                 "DFlashDraftModel / DFlash2DraftModel format).")
+@path_option("--state", "train_state", "Resume checkpoints (kept across runs, never cached).")
+@path_option("--metrics", "train_metrics", "Writes: losses, accuracies, held-out tau estimate, speed.")
+@path_option("--steps-plot", "train_steps_plot", "Writes: loss, lr and accuracy per step (a dvc plot).")
+@path_option("--eval-plot", "train_eval_plot", "Writes: held-out loss and tau estimate per eval (a dvc plot).")
+@path_option("--position-plot", "train_position_plot", "Writes: final accuracy per block position (a dvc plot).")
+@click.pass_obj
+def command(settings, model, info, hidden, out, state, metrics, steps_plot, eval_plot, position_plot):
+    """Train the drafter on the stored hidden states.
+
+    Params: `train`, `drafter`. Under torchrun, data parallel; resumes from --state."""
+    plots = {"steps": steps_plot, "eval": eval_plot, "position": position_plot}
+    run_stage(settings, lambda params: run(params, model, info, hidden, out, state, metrics, plots,
+                                           compute_device(settings.device)))

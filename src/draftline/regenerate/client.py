@@ -123,7 +123,7 @@ class ChatClient:
 
     async def chat(self, body: dict) -> Answer:
         payload = json.dumps(body, ensure_ascii=False).encode()
-        kind, reason = "connection", "no attempt"
+        kind, reason, retry_after = "connection", "no attempt", None
         for attempt in range(self.cfg.max_retries + 1):
             if attempt:
                 self.retries[kind] += 1

@@ -6,8 +6,8 @@ import torch
 from transformers import LogitsProcessorList
 
 from ..config import RegenerateParams
-from ..kv_cache import growing_cache
 from .answer import Answer, split_reasoning
+from .kv_cache import growing_cache
 from .sampler import NucleusSampler
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ..config import RegenerateParams
 from .client import ChatClient, EndpointError, RowFailure
+from .drive import Writer, next_turns
 from .endpoints import EndpointPool
 from .jobs import Job, error_row, make_row
-from .run import Writer, next_turns
 from .servers import LaunchedServers
 
 

@@ -1,0 +1,67 @@
+"""What every `draftline` command shares: the global options, path options that default to
+dvc.yaml's declaration, and the stage runner (params validated first, one-line errors).
+
+A stage module defines its click command with `path_option`s and calls `run_stage`; the
+group in cli.py finds it by name. Nothing here imports a stage, so a stage's import
+closure (its dvc.yaml deps) is its own modules plus this one, cli.py and config.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from . import paths, progress
+from .config import Params, ParamsError, load_params
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The group's options: how to run, never what to compute (those are params)."""
+
+    params: Path = Path("params.yaml")
+    threads: int | None = None
+    device: str | None = None
+    target_device_map: str | None = None
+    progress: bool = True
+    debug: bool = False
+
+
+def path_option(flag: str, declared: str, help: str, multiple: bool = False):
+    """`--flag PATH`, defaulting to `paths.<declared>` in dvc.yaml (repeatable: `multiple`)."""
+    default = (lambda: [paths.declared(declared)]) if multiple else (lambda: paths.declared(declared))
+    return click.option(flag, type=click.Path(path_type=Path), help=help, multiple=multiple, default=default,
+                        show_default=f"paths.{declared} in dvc.yaml")
+
+
+def _terminate(signum, frame):
+    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C: finally blocks stop launched
+    # servers and remove temp files; finished shards stay for the rerun.
+    raise SystemExit(128 + signum)
+
+
+def run_stage(settings: Settings, stage: Callable[[Params], None]) -> None:
+    """Validate params, set threads and progress, run `stage(params)`. Expected failures
+    (bad params, a missing input, an unreachable server) print one line naming the key,
+    file or URL and exit 2; nothing is half-written (every write is atomic)."""
+    import torch  # here, not at import: `draftline --help` stays fast
+
+    signal.signal(signal.SIGTERM, _terminate)
+    progress.configure(settings.progress)
+    try:
+        params = load_params(settings.params)
+        torch.set_num_threads(settings.threads or max(1, os.cpu_count() or 1))
+        # Every stage starts from the same global RNG state; the seeds that matter are params.
+        torch.manual_seed(0)
+        stage(params)
+    except (ParamsError, paths.PathsError, FileNotFoundError, ValueError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        if settings.debug:
+            raise
+        sys.exit(2)

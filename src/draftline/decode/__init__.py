@@ -1,0 +1,2 @@
+"""Decoding with a drafter: the chain and tree speculative decoders, prompt lookup, and the
+benchmark stage that measures them against the target alone."""

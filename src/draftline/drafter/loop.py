@@ -1,0 +1,134 @@
+"""The training loop: global length-bucketed batches, micro-batches over processes and
+accumulation, AdamW with warmup + cosine, held-out evals, checkpoints and exact resume."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..config import DrafterParams, TrainParams
+from ..progress import bar
+from . import checkpoint, dist
+from .batching import Padding, epoch_batches, micro_batches
+from .evaluate import evaluate
+from .head_vocab import HeadVocab
+from .schedule import lr_at
+from .step import Step
+
+
+@dataclass
+class TrainLog:
+    steps: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    padding: dict = field(default_factory=lambda: {"real": 0, "padded": 0})
+    resumed_from: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"steps": self.steps, "evals": self.evals, "padding": self.padding}
+
+    @property
+    def padding_fraction(self) -> float:
+        p = self.padding
+        return 1 - p["real"] / p["padded"] if p["padded"] else 0.0
+
+
+@dataclass
+class Resume:
+    folder: Path
+    fingerprint: str
+    every: int
+    keep: int
+
+
+def total_steps(n_seqs: int, tp: TrainParams) -> tuple[int, int]:
+    per_epoch = math.ceil(n_seqs / tp.batch_size)
+    total = per_epoch * tp.epochs
+    return per_epoch, total if tp.max_steps is None else min(tp.max_steps, total)
+
+
+def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, tp: TrainParams, mask_id: int,
+          world: dist.World = dist.World(), resume: Resume | None = None) -> TrainLog:
+    torch.manual_seed(tp.seed)
+    drafter.to(world.device)
+    head = HeadVocab.frequent(train_seqs, tp.head_vocab, lm_head_w.shape[0]) if tp.head_vocab else None
+    step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device, head)
+    per_epoch, total = total_steps(len(train_seqs), tp)
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95))
+    log = TrainLog()
+    start = 0
+    if resume is not None:
+        state = checkpoint.latest(resume.folder, resume.fingerprint) if world.main else None
+        if dist.broadcast_flag(world, state is not None):
+            if state is None:  # other ranks read the file rank 0 chose
+                state = checkpoint.latest(resume.folder, resume.fingerprint)
+            checkpoint.restore(state, drafter, opt)
+            start = state["step"]
+            log.steps, log.evals, log.padding = state["log"]["steps"], state["log"]["evals"], state["log"]["padding"]
+            log.resumed_from = start
+    lengths = [s.input_ids.shape[0] for s in train_seqs]
+    ids = [s.id for s in train_seqs]
+    drafter.train()
+    pb = bar(total, "train", unit="step") if world.main else None
+    if pb is not None and start:
+        pb.update(start)
+    t0 = time.perf_counter()
+    step = start
+    while step < total:
+        epoch, index = divmod(step, per_epoch)
+        batch_ids = epoch_batches(lengths, ids, tp.batch_size, tp.seed, epoch)[index]
+        micro = micro_batches(batch_ids, world.rank, world.size, tp.grad_accum)
+        seqs = [[train_seqs[i] for i in m] for m in micro]
+        built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
+        local_w = sum(float(b.weights.sum()) for b in built)
+        pad = Padding()
+        for m in micro:
+            pad.add([lengths[i] for i in m])
+        denom, real, padded = dist.all_sum(world, [local_w, pad.real, pad.padded])
+        lr = lr_at(step, total, tp.lr, tp.warmup_ratio, tp.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=False)
+        loss_sum, slots = 0.0, 0
+        c = torch.zeros(dp.block_size - 1)
+        n = torch.zeros_like(c)
+        for s, b in zip(seqs, built):
+            loss, st = step_fn.loss(s, b, denom, training_head=True)
+            loss.backward()
+            loss_sum += loss.item()
+            slots += st["slots"]
+            c += st["correct_by_pos"]
+            n += st["count_by_pos"]
+        dist.all_sum_grads(world, params)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
+        opt.step()
+        loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
+        c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])
+        step += 1
+        log.padding["real"] += int(real)
+        log.padding["padded"] += int(padded)
+        acc = (c / n.clamp_min(1)).tolist()
+        row = {"step": step, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(gnorm),
+               "slots": int(slots), "padding": round(1 - real / max(padded, 1), 4),
+               "seconds": round(time.perf_counter() - t0, 2)}
+        row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
+        log.steps.append(row)
+        if pb is not None:
+            pb.update(1)
+            pb.set_postfix(loss=f"{loss_sum:.3f}", acc1=f"{acc[0]:.2f}")
+        if val_seqs and world.main and (step % tp.eval_every == 0 or step == total):
+            ev = evaluate(step_fn, val_seqs, max(1, tp.batch_size // tp.grad_accum), tp.seed)
+            log.evals.append({"step": step, **ev})
+            if pb is not None:
+                pb.set_postfix(loss=f"{loss_sum:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
+        if resume is not None and (step % resume.every == 0 or step == total):
+            if world.main:
+                checkpoint.save(resume.folder, step, resume.fingerprint, drafter, opt, log.as_dict(), resume.keep)
+            dist.barrier(world)
+    if pb is not None:
+        pb.close()
+    return log

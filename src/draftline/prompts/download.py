@@ -1,0 +1,71 @@
+"""Stage `download`: read every prompt source in params into one Parquet file.
+
+    draftline download --inputs DIR_OR_FILE --out FILE --metrics FILE
+
+Local sources must lie inside an `--inputs` path: dvc.yaml lists the same paths as the
+stage's deps, so editing a prompt file reruns the stage, and a file outside them stops it
+here, named, instead of going stale unnoticed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..command import path_option, run_stage
+from ..config import SourceParams
+from ..io import write_json, write_parquet
+from .sources import load_source
+
+
+def local_file(src: SourceParams) -> Path | None:
+    """The local file or folder a source reads, if any (a hub id is not one)."""
+    if src.path is None or (src.kind == "hf" and not Path(src.path).exists()):
+        return None
+    return Path(src.path)
+
+
+def check_inputs(sources: list[SourceParams], inputs: list[Path]) -> None:
+    allowed = [p.resolve() for p in inputs]
+    for i, src in enumerate(sources):
+        path = local_file(src)
+        if path is None:
+            continue
+        full = path.resolve()
+        if not any(full == a or a in full.parents for a in allowed):
+            raise ValueError(
+                f"download.sources[{i}] '{src.name}': {path} is not among the stage's inputs "
+                f"({', '.join(map(str, inputs)) or 'none'}); add it to the download stage's deps and "
+                f"--inputs in dvc.yaml, so that editing it reruns the stage")
+
+
+def run(params, inputs: list[Path], out: Path, metrics: Path) -> None:
+    check_inputs(params.download.sources, inputs)
+    rows, report = [], {}
+    for src in params.download.sources:
+        got, rep = load_source(src)
+        rows.extend(got)
+        report[src.name] = {"role": src.role, "read": rep.rows_read, "kept": rep.rows_kept,
+                            "skipped": sum(rep.skipped.values()), "skipped_by_reason": rep.skipped,
+                            "skipped_examples": [f"row {r}: {why}" for r, why in rep.examples]}
+        line = f"download: {src.name}: {rep.rows_kept} prompts"
+        if rep.skipped:
+            line += f", skipped {sum(rep.skipped.values())} ({'; '.join(f'row {r}: {w}' for r, w in rep.examples)})"
+        print(line)
+    write_parquet(out, rows)
+    write_json(metrics, {"sources": report, "total": len(rows)})
+
+
+@click.command("download")
+@path_option("--inputs", "prompt_files", "Reads: local prompt files or folders (repeatable); every local source in "
+                                         "params must lie inside one. Hub and benchmark sources need none.",
+             multiple=True)
+@path_option("--out", "prompts", "Writes: every prompt in one schema (id, source, category, role, messages).")
+@path_option("--metrics", "download_metrics", "Writes: rows read, kept and skipped per source, with examples.")
+@click.pass_obj
+def command(settings, inputs, out, metrics):
+    """Read every prompt source into one Parquet file.
+
+    Params: `download`. Malformed rows are counted and skipped, named by source and row."""
+    run_stage(settings, lambda params: run(params, list(inputs), out, metrics))

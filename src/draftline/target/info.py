@@ -1,0 +1,78 @@
+"""What later stages know of the target without loading it: the target stage's info file.
+
+The target stage records architecture, layer count, hidden size, the end-of-sequence ids
+and the layers whose hidden states feed the drafter (`drafter.target_layer_ids`, checked
+against the target here, once, before any stage spends time on them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import DrafterParams, TargetParams
+from ..io import read_json, write_json
+from .load import TargetError, load_config, load_tokenizer
+
+
+def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """z-lab's default: the middle layer for one drafter layer, else spread from layer 1
+    to layer N-3 (so the last, most output-specialised layers are skipped)."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    return [round(start + i * (end - start) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What later stages need to know about the target without loading it."""
+
+    architecture: str
+    model_type: str
+    num_hidden_layers: int
+    hidden_size: int
+    vocab_size: int
+    target_layer_ids: list[int]
+    eos_token_ids: list[int]
+    dtype: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TargetInfo":
+        data = read_json(path)
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+def choose_layers(drafter: DrafterParams, num_layers: int) -> list[int]:
+    ids = drafter.target_layer_ids or build_target_layer_ids(num_layers, drafter.num_layers)
+    for i in ids:
+        if not 0 <= i < num_layers:
+            raise TargetError(
+                f"drafter.target_layer_ids: layer {i} out of range for a {num_layers}-layer target (0..{num_layers - 1})"
+            )
+    if len(set(ids)) != len(ids):
+        raise TargetError(f"drafter.target_layer_ids: duplicate layers in {ids}")
+    return list(ids)
+
+
+def describe(model_dir: Path, target: TargetParams, drafter: DrafterParams, provenance: dict) -> dict:
+    config = load_config(model_dir)
+    tok = load_tokenizer(model_dir)
+    n = int(config.num_hidden_layers)
+    eos = config.eos_token_id if config.eos_token_id is not None else tok.eos_token_id
+    eos_ids = sorted({int(e) for e in (eos if isinstance(eos, list) else [eos])} | {int(tok.eos_token_id)})
+    return {
+        "architecture": (config.architectures or [type(config).__name__])[0],
+        "model_type": config.model_type,
+        "num_hidden_layers": n,
+        "hidden_size": int(config.hidden_size),
+        "vocab_size": int(config.vocab_size),
+        "target_layer_ids": choose_layers(drafter, n),
+        "eos_token_ids": eos_ids,
+        "dtype": target.dtype,
+        "provenance": provenance,
+    }
+
+
+def write_info(path: Path, info: dict) -> None:
+    write_json(path, info)

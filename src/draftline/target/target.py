@@ -1,0 +1,34 @@
+"""Stage `target`: materialise the target model and record what later stages need.
+
+    draftline target --model DIR --info FILE
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..command import path_option, run_stage
+from .info import describe, write_info
+from .materialize import materialize
+
+
+def run(params, model: Path, info_file: Path) -> None:
+    prov = materialize(params.target, model)
+    info = describe(model, params.target, params.drafter, prov)
+    write_info(info_file, info)
+    print(f"target: {info['architecture']} with {info['num_hidden_layers']} layers, hidden {info['hidden_size']}, "
+          f"drafter reads layers {info['target_layer_ids']}")
+
+
+@click.command("target")
+@path_option("--model", "target_model", "Writes: the target as a plain HF folder (or a pointer to it).")
+@path_option("--info", "target_info", "Writes: JSON with its layer count, hidden size, end-of-sequence ids and "
+                                      "the layers the drafter reads.")
+@click.pass_obj
+def command(settings, model, info):
+    """Materialise the target model; record its layers and stop ids.
+
+    Params: `target`, `drafter.num_layers`, `drafter.target_layer_ids`."""
+    run_stage(settings, lambda params: run(params, model, info))

@@ -1,0 +1,96 @@
+"""The target's tensors by name, one at a time: what training needs of the target.
+
+Training reads the target's input embedding and LM head (and, with `train.init: target`,
+the decoder layers it starts from) straight from the safetensors files, so a 27B or 1T
+target's other weights stay off every training process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..io import read_json
+from .load import TargetError, model_path
+
+
+class Tensors:
+    """Named tensors of a safetensors checkpoint (one file or sharded), read one at a time
+    so that a 27B or 1T target's other weights stay off every training process."""
+
+    def __init__(self, model_dir: str | Path):
+        from safetensors import safe_open
+
+        self.path = path = model_path(model_dir)
+        index = path / "model.safetensors.index.json"
+        if index.exists():
+            self.weight_map = read_json(index)["weight_map"]
+        else:
+            single = path / "model.safetensors"
+            if not single.exists():
+                raise TargetError(f"{path}: no model.safetensors(.index.json)")
+            with safe_open(str(single), "pt") as f:
+                self.weight_map = {k: single.name for k in f.keys()}
+
+    def find(self, suffix: str) -> str | None:
+        keys = sorted(k for k in self.weight_map if k.endswith(suffix) and "mtp" not in k and "visual" not in k)
+        return min(keys, key=len) if keys else None
+
+    def read(self, key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        with safe_open(str(self.path / self.weight_map[key]), "pt") as f:
+            return f.get_tensor(key).float()
+
+
+def load_io_weights(model_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's input embedding and LM head: all that training needs of the target
+    besides the stored hidden states."""
+    t = Tensors(model_dir)
+    emb_key = t.find("embed_tokens.weight")
+    if emb_key is None:
+        raise TargetError(f"{t.path}: no '*embed_tokens.weight' tensor in the checkpoint")
+    embed = t.read(emb_key)
+    head_key = t.find("lm_head.weight")
+    # Tied embeddings (SmolLM2, small Qwen3): the head is the embedding matrix.
+    head = t.read(head_key) if head_key else embed
+    return embed, head
+
+
+# A drafter layer's tensors that a dense Llama/Qwen-style target layer has under the same
+# names; q_norm/k_norm (Qwen3 only) are copied when present.
+LAYER_TENSORS = ("input_layernorm.weight", "post_attention_layernorm.weight",
+                 "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                 "mlp.down_proj.weight")
+OPTIONAL_LAYER_TENSORS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+
+
+def load_layer_weights(model_dir: str | Path, layers: list[int]) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
+    """Decoder layers `layers` of the target (tensor name within the layer -> tensor) and
+    its final norm, read by name."""
+    t = Tensors(model_dir)
+    out = []
+    for i in layers:
+        prefix = next((k[: k.index(f"layers.{i}.") + len(f"layers.{i}.")] for k in sorted(t.weight_map, key=len)
+                       if f"layers.{i}.input_layernorm.weight" in k and "mtp" not in k and "visual" not in k), None)
+        if prefix is None:
+            raise TargetError(f"{t.path}: no decoder layer {i} ('*layers.{i}.input_layernorm.weight')")
+        scaled = sorted(k for k in t.weight_map if k.startswith(prefix) and "scale" in k.rsplit(".", 1)[-1])
+        if scaled:  # FP8/INT block-quantized weights: copying them raw would be garbage
+            raise TargetError(f"{t.path}: layer {i} is quantized ('{scaled[0]}'); train.init: target needs "
+                              "unquantized weights (use train.init: random)")
+        layer = {}
+        for name in LAYER_TENSORS + OPTIONAL_LAYER_TENSORS:
+            if prefix + name in t.weight_map:
+                layer[name] = t.read(prefix + name)
+            elif name in LAYER_TENSORS:
+                # MoE layers, fused projections: not a dense layer this copy understands.
+                raise TargetError(f"{t.path}: layer {i} has no '{prefix + name}'; train.init: target needs "
+                                  "dense decoder layers with separate q/k/v and gate/up/down projections")
+        out.append(layer)
+    norm_key = t.find("model.norm.weight") or t.find("norm.weight")
+    if norm_key is None:
+        raise TargetError(f"{t.path}: no final norm ('*norm.weight')")
+    return out, t.read(norm_key)

@@ -1,1 +1,0 @@
-"""DVC stage entry points: `python -m stages.<name>`. Thin: paths in, library calls, files out."""

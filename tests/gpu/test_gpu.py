@@ -1,0 +1,105 @@
+"""The CUDA paths: extraction, bf16 training and speculative decoding on a GPU.
+
+Marked `gpu`: skipped without CUDA (conftest.py). On a GPU machine they run with the rest
+of the suite, or alone with `pytest -m gpu tests/test_gpu.py`.
+"""
+
+import copy
+
+import pytest
+import torch
+from conftest import TINY_MASK, TINY_VOCAB, train_params
+
+from draftline.config import DrafterParams
+from draftline.decode.chain import plain, speculative
+from draftline.drafter import dist
+from draftline.drafter.loop import train
+from draftline.drafter.step import Step
+from draftline.hidden.capture import extract
+from draftline.hidden.store import ShardWriter, load_sequences
+
+pytestmark = pytest.mark.gpu
+
+CUDA = torch.device("cuda")
+LAYERS = [0]
+
+
+def _rows(n: int, seed: int) -> list[dict]:
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n):
+        length = int(torch.randint(12, 40, (1,), generator=g))
+        ids = torch.randint(0, TINY_MASK, (length,), generator=g).tolist()
+        mask = [0] * (length // 3) + [1] * (length - length // 3)
+        rows.append({"id": f"r{i}", "split": "val" if i % 8 == 7 else "train", "input_ids": ids, "loss_mask": mask})
+    return rows
+
+
+def _extract(target, rows, folder, device):
+    model = copy.deepcopy(target).to(device)
+    extract(model, rows, LAYERS, ShardWriter(folder, 4096, {"target_layer_ids": LAYERS}), 256, 0)
+    return load_sequences(folder)
+
+
+def test_extraction_on_gpu_matches_cpu(tiny, tmp_path):
+    rows = _rows(12, 0)
+    cpu = _extract(tiny[0], rows, tmp_path / "cpu", torch.device("cpu"))
+    gpu = _extract(tiny[0], rows, tmp_path / "gpu", CUDA)
+    assert [s.id for s in gpu] == [s.id for s in cpu]
+    for a, b in zip(cpu, gpu):
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
+        # Both stored in bf16: equal up to a rounding step of the larger values.
+        torch.testing.assert_close(b.context, a.context, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(b.final, a.final, atol=2e-2, rtol=2e-2)
+
+
+def test_greedy_speculative_on_gpu_equals_plain_greedy(tiny):
+    target, drafter = (copy.deepcopy(m).to(CUDA) for m in tiny)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        prompt = torch.randint(0, TINY_MASK, (1, 5), generator=g).to(CUDA)
+        ref = plain(target, prompt, 24, [])
+        out = speculative(drafter, target, prompt, 24, [], 4)
+        assert out.tokens == ref.tokens
+        assert sum(out.acceptance_lengths) == len(out.tokens) - 1
+
+
+def test_sampled_speculative_on_gpu_emits_target_tokens(tiny):
+    target, drafter = (copy.deepcopy(m).to(CUDA) for m in tiny)
+    prompt = torch.tensor([[1, 2, 3]], device=CUDA)
+    out = speculative(drafter, target, prompt, 20, [], 4, temperature=1.0, gen=torch.Generator().manual_seed(0))
+    assert len(out.tokens) == 20 and all(0 <= t < TINY_VOCAB for t in out.tokens)
+    assert sum(out.acceptance_lengths) == len(out.tokens) - 1
+
+
+def test_bf16_training_on_gpu_follows_fp32_cpu_and_learns(tiny, tmp_path):
+    """Same drafter, data and anchors: the first step's loss in bf16 on the GPU is the CPU's
+    fp32 loss up to bf16 rounding, and 80 steps lower it."""
+    target, drafter = tiny
+    seqs = _extract(target, _rows(40, 1), tmp_path / "hid", CUDA)
+    train_seqs = [s for s in seqs if s.split == "train"]
+    val_seqs = [s for s in seqs if s.split == "val"]
+    dp = DrafterParams(num_layers=1, block_size=4)
+    tp = train_params(num_anchors=8, batch_size=4, max_steps=80, epochs=20, lr=3e-3, eval_every=40, loss="kl",
+                     kl_top_k=4)
+    embed, head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
+
+    first = []
+    for device, precision in ((torch.device("cpu"), "float32"), (CUDA, "auto")):
+        d = copy.deepcopy(drafter).to(device).train()
+        step = Step(d, embed, head, dp, tp.model_copy(update={"precision": precision}), TINY_MASK, device)
+        if device.type == "cuda":
+            assert step.bf16  # precision auto: bf16 autocast on a GPU
+        batch = step.blocks(train_seqs[:4], 0, training=True)
+        loss, _ = step.loss(train_seqs[:4], batch)
+        first.append(float(loss.detach()))
+    cpu_fp32, gpu = first
+    assert gpu == pytest.approx(cpu_fp32, rel=3e-2)
+
+    d = copy.deepcopy(drafter)
+    log = train(d, embed, head, train_seqs, val_seqs, dp, tp, TINY_MASK, dist.World(device=CUDA))
+    assert next(d.parameters()).device.type == CUDA.type
+    losses = [s["loss"] for s in log.steps]
+    assert len(losses) == 80 and all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-10:]) < sum(losses[:10])
+    assert [e["step"] for e in log.evals] == [40, 80]

@@ -1,0 +1,153 @@
+"""The train stage as users run it: killed and resumed, and under torchrun with 2 processes."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT
+from safetensors.torch import load_file
+
+from draftline.config import DrafterParams, TargetParams
+from draftline.hidden.capture import extract
+from draftline.hidden.store import ShardWriter
+from draftline.target.info import describe
+
+pytestmark = pytest.mark.slow
+
+ANSWERS = [
+    ("Write a Python function that adds two numbers.", "def add(a, b):\n    return a + b"),
+    ("What is the capital of France?", "The capital of France is Paris."),
+    ("List three colors.", "Red, green and blue."),
+    ("Explain a variable in one sentence.", "A variable is a named place that stores a value in a program."),
+    ("Write a haiku about rain.", "Soft rain on the roof,\nwhispers to the sleeping town,\nmorning smells of earth."),
+    ("What is 12 times 12?", "12 times 12 is 144."),
+    ("Reverse a string in Python.", "Use slicing: `s[::-1]` returns the string reversed."),
+    ("Name two planets.", "Mars and Jupiter are two planets of the solar system."),
+    ("Say hello in French.", "Bonjour!"),
+    ("Give a synonym for happy.", "Joyful is a synonym for happy."),
+    ("Sort a list in Python.", "Call `sorted(xs)` for a new list or `xs.sort()` to sort in place."),
+    ("What is 2 + 2?", "2 + 2 equals 4."),
+]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, target_dir, target_model, tokenizer):
+    """A project folder holding the target, its info and real hidden states of 12 answers."""
+    from draftline.sequences.loss_mask import encode
+
+    root = tmp_path_factory.mktemp("train_base")
+    (root / "data" / "target").mkdir(parents=True)
+    shutil.copytree(target_dir, root / "data" / "target" / "model")
+    shutil.copy(ROOT / "dvc.yaml", root / "dvc.yaml")  # the paths `draftline train` defaults to
+    dp = DrafterParams(num_layers=1, block_size=4, target_layer_ids=None)
+    info = describe(target_dir, TargetParams(), dp, {"source": "embedded"})
+    (root / "data" / "target" / "info.json").write_text(json.dumps(info))
+    rows = []
+    for i, (q, a) in enumerate(ANSWERS):
+        e = encode(tokenizer, [{"role": "user", "content": q}, {"role": "assistant", "content": a}], ["stop"], 256)
+        rows.append({"id": f"r{i:02d}", "split": "val" if i >= 10 else "train", "input_ids": e.input_ids,
+                     "loss_mask": e.loss_mask})
+    layers = info["target_layer_ids"]
+    extract(target_model, rows, layers, ShardWriter(root / "data" / "hidden", 10_000, {"target_layer_ids": layers}),
+            4096, tokenizer.eos_token_id)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["drafter"] = {**params["drafter"], "num_layers": 1, "block_size": 4}
+    params["train"] = {**params["train"], "num_anchors": 16, "batch_size": 4, "grad_accum": 1, "epochs": 12,
+                       "max_steps": None, "eval_every": 10, "checkpoint_every": 5, "lr": 0.002, "loss": "ce"}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return root
+
+
+def _copy(base: Path, dest: Path, arch: str = "dflash", **train) -> Path:
+    shutil.copytree(base, dest, symlinks=True)
+    p = yaml.safe_load((dest / "params.yaml").read_text())
+    p["drafter"]["arch"] = arch
+    p["train"].update(train)
+    (dest / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    return dest
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}", DRAFTLINE_THREADS="1", DRAFTLINE_NO_PROGRESS="1",
+                OMP_NUM_THREADS="1")
+
+
+def _cmd(nproc: int) -> list[str]:
+    if nproc == 1:
+        return [sys.executable, "-m", "draftline", "train"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "draftline", "train"]
+
+
+def _train(folder: Path, nproc: int = 1) -> dict:
+    p = subprocess.run(_cmd(nproc), cwd=folder, env=_env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    return json.loads((folder / "data/metrics/train.json").read_text())
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "data/drafter/model.safetensors"))
+
+
+@pytest.mark.parametrize("arch", ["dflash", "dflash2"])
+def test_killed_run_resumes_to_identical_weights(base, tmp_path, arch):
+    whole = _copy(base, tmp_path / "whole", arch)
+    m_whole = _train(whole)
+    assert m_whole["steps"] == 36 and m_whole["resumed_from_step"] is None
+
+    cut = _copy(base, tmp_path / "cut", arch)
+    proc = subprocess.Popen(_cmd(1), cwd=cut, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    state = cut / "data/train_state"
+    deadline = time.time() + 300
+    while not (state / "step-0000010.pt").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)  # no chance to clean up: the worst case
+    proc.wait()
+    assert not (cut / "data/drafter").exists(), "the run finished before it could be killed"
+    steps_saved = sorted(p.name for p in state.glob("step-*.pt"))
+    assert steps_saved and not list(state.glob("*.tmp"))
+    m_cut = _train(cut)
+    assert m_cut["resumed_from_step"] >= 10 and m_cut["steps"] == 36
+    a, b = _weights(whole), _weights(cut)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k  # bitwise on CPU
+    # The logs of the resumed run are the uninterrupted run's, step for step.
+    assert (whole / "data/plots/train_eval.tsv").read_text() == (cut / "data/plots/train_eval.tsv").read_text()
+    losses = [line.split("\t")[2] for line in (whole / "data/plots/train_steps.tsv").read_text().splitlines()]
+    assert losses == [line.split("\t")[2] for line in (cut / "data/plots/train_steps.tsv").read_text().splitlines()]
+
+
+def test_changed_params_do_not_resume_a_stale_checkpoint(base, tmp_path):
+    run = _copy(base, tmp_path / "stale", epochs=2, checkpoint_every=2)
+    _train(run)
+    p = yaml.safe_load((run / "params.yaml").read_text())
+    p["train"]["lr"] = 0.001
+    (run / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    assert _train(run)["resumed_from_step"] is None
+
+
+@pytest.mark.parametrize("arch", ["dflash", "dflash2"])
+def test_two_processes_equal_one_with_the_same_global_batch(base, tmp_path, arch):
+    # 1 process accumulating 2 micro-batches of 2 == 2 processes of 1 micro-batch of 2.
+    one = _copy(base, tmp_path / "one", arch, grad_accum=2, epochs=3)
+    two = _copy(base, tmp_path / "two", arch, grad_accum=1, epochs=3)
+    m1 = _train(one)
+    m2 = _train(two, nproc=2)
+    assert m2["processes"] == 2 and m1["processes"] == 1 and m1["steps"] == m2["steps"] == 9
+    a, b = _weights(one), _weights(two)
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=0, atol=1e-6), (k, (a[k] - b[k]).abs().max())
+    l1 = [s.split("\t")[2] for s in (one / "data/plots/train_steps.tsv").read_text().splitlines()[1:]]
+    l2 = [s.split("\t")[2] for s in (two / "data/plots/train_steps.tsv").read_text().splitlines()[1:]]
+    assert l1 == l2

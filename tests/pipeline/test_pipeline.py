@@ -1,0 +1,169 @@
+"""The real pipeline: `dvc repro` in a temporary git repo on smoke-sized params."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+STAGES = ["target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"]
+
+
+def _run(cmd, cwd, check=True):
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", DVC_NO_ANALYTICS="1",
+               DRAFTLINE_NO_PROGRESS="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, shell=isinstance(cmd, str))
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def _ran(out: str) -> set[str]:
+    return set(re.findall(r"Running stage '(\w+)'", out))
+
+
+def _set(repo, section, key, value):
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p.setdefault(section, {})[key] = value
+    (repo / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("pipeline")
+    for d in ["src", "data/seed"]:
+        shutil.copytree(ROOT / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    shutil.copy(ROOT / "data" / ".gitignore", repo / "data" / ".gitignore")  # keeps data/train_state out of git
+    # The smoke file overrides the default params: DVC wants every key dvc.yaml lists.
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for section, values in yaml.safe_load((ROOT / "tests" / "smoke_params.yaml").read_text()).items():
+        params[section] = {**params.get(section, {}), **values}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    _run("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
+    # Stages import draftline from the copy under test, not the installed checkout.
+    os.environ["PYTHONPATH"] = f"{repo / 'src'}:{repo}"
+    first = _run("dvc repro", repo)
+    yield repo, first
+    os.environ.pop("PYTHONPATH", None)
+
+
+def test_full_run_produces_every_output(repo):
+    repo, first = repo
+    assert _ran(first.stdout) == set(STAGES)
+    for f in ["data/target/model/model.safetensors", "data/target/info.json", "data/raw/prompts.parquet",
+              "data/mix/train.parquet", "data/mix/eval.parquet", "data/regen/answers.parquet",
+              "data/tokens/train.parquet", "data/hidden/index.json", "data/drafter/config.json",
+              "data/drafter/model.safetensors", "data/drafter/README.md", "data/bench/results.parquet", "dvc.lock",
+              "data/plots/mix.tsv", "data/plots/train_steps.tsv", "data/plots/acceptance.tsv",
+              "data/plots/acceptance_by_position.tsv", "data/plots/train_eval.tsv"]:
+        assert (repo / f).exists(), f
+    assert not (repo / "data/regen_work").exists()  # resume shards are cleared when done
+    info = json.loads((repo / "data/target/info.json").read_text())
+    assert info["num_hidden_layers"] == 30 and info["target_layer_ids"] == [15]
+    index = json.loads((repo / "data/hidden/index.json").read_text())
+    assert len(index["shards"]) >= 2  # shard_tokens=300 forces several shards
+    assert list((repo / "data/train_state").glob("step-*.pt"))  # resume state, kept out of git and the cache
+    train = json.loads((repo / "data/metrics/train.json").read_text())
+    assert 0 <= train["padding_fraction"] < 0.5 and train["val_tau_estimate"] >= 1.0
+    bench = json.loads((repo / "data/metrics/benchmark.json").read_text())
+    # one HumanEval prompt, one MT-Bench prompt with both its turns
+    assert bench["mismatches"] == 0 and bench["prompts"] == 2 and bench["requests"] == 3 and bench["tau"] >= 1.0
+    for src in ("humaneval", "mtbench", "all"):
+        entry = bench["greedy"][src]
+        assert {"dflash", "untrained", "prompt_lookup", "tree_4", "target_tokens_per_second"} <= set(entry)
+        assert len(entry["dflash"]["position_acceptance"]) == 3 and entry["dflash"]["speedup"] > 0
+        assert 1 <= entry["tree_4"]["nodes_per_step"] <= 4 and 0 <= entry["tree_4"]["off_chain_steps"] <= 1
+    assert bench["tau_tree_4"] == bench["greedy"]["all"]["tree_4"]["tau"] >= 1.0
+    assert bench["greedy"]["mtbench"]["requests"] == 2
+    card = (repo / "data/drafter/README.md").read_text()  # the drafter folder is ready to publish
+    assert card.startswith("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n")
+    assert f"{bench['greedy']['humaneval']['dflash']['tau']:.3f}" in card
+    assert '"num_speculative_tokens": 3' in card and "--speculative-num-draft-tokens 4" in card
+    metrics = _run("dvc metrics show --json", repo).stdout
+    assert "tau" in metrics and "train_loss" in metrics
+    assert _run("dvc status", repo).stdout.strip().endswith("Data and pipelines are up to date.")
+
+
+def test_masked_tokens_decode_to_the_regenerated_answers(repo):
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    repo, _ = repo
+    tok = AutoTokenizer.from_pretrained(repo / "data/target/model")
+    answers = {r["id"]: r for r in pq.read_table(repo / "data/regen/answers.parquet").to_pylist()}
+    tokens = pq.read_table(repo / "data/tokens/train.parquet").to_pylist()
+    assert len(tokens) == len(answers)
+    for row in tokens:
+        a = answers[row["id"]]
+        masked = [t for t, m in zip(row["input_ids"], row["loss_mask"]) if m]
+        want = "".join(m["content"] + ("<|im_end|>" if fr == "stop" else "")
+                       for m, fr in zip([m for m in a["messages"] if m["role"] == "assistant"], a["finish_reason"]))
+        assert tok.decode(masked) == want, row["id"]
+
+
+def test_changing_train_lr_reruns_only_train_and_benchmark(repo):
+    repo, _ = repo
+    _run("git add -A && git commit -qm first", repo)
+    _set(repo, "train", "lr", 0.002)
+    out = _run("dvc repro", repo).stdout
+    assert _ran(out) == {"train", "benchmark"}
+    # Comparing runs: tau per benchmark in `dvc metrics diff`, acceptance curves in `dvc plots diff`.
+    diff = json.loads(_run("dvc metrics diff HEAD --all --json", repo).stdout)
+    keys = set(diff["data/metrics/benchmark.json"])
+    assert {"greedy.humaneval.dflash.tau", "greedy.mtbench.dflash.tau"} <= keys
+    plots = _run("dvc plots diff HEAD --json", repo).stdout
+    assert "acceptance_by_position.tsv" in plots
+
+
+def test_changing_regenerate_reruns_from_regenerate_on(repo):
+    repo, _ = repo
+    _set(repo, "regenerate", "max_new_tokens", 20)
+    out = _run("dvc repro", repo).stdout
+    assert _ran(out) == {"regenerate", "tokenize", "extract", "train", "benchmark"}
+
+
+def test_unknown_key_stops_the_stage_with_its_name(repo):
+    repo, _ = repo
+    _set(repo, "train", "learning_rate", 0.1)
+    p = _run("dvc repro", repo, check=False)
+    assert p.returncode != 0
+    assert "unknown key 'train.learning_rate'" in p.stderr + p.stdout
+    # nothing was lost: the last good drafter is still in the DVC cache
+    p2 = yaml.safe_load((repo / "params.yaml").read_text())
+    del p2["train"]["learning_rate"]
+    (repo / "params.yaml").write_text(yaml.safe_dump(p2, sort_keys=False))
+    _run("dvc checkout train", repo)
+    assert (repo / "data/drafter/model.safetensors").exists()
+
+
+def _stale(repo) -> set[str]:
+    out = json.loads(_run("dvc status --json", repo).stdout)
+    return set(out)
+
+
+def test_editing_a_module_reruns_exactly_the_stages_that_import_it(repo):
+    """dvc.yaml's deps are the import closures: a shared module touches every stage, a
+    decoding module only the benchmark."""
+    repo, _ = repo
+    _run("dvc repro", repo)  # whatever earlier tests left changed
+    assert _stale(repo) == set()
+    for module, stages in [("src/draftline/decode/tree.py", {"benchmark"}),
+                           ("src/draftline/hidden/features.py", {"extract", "benchmark"}),
+                           ("src/draftline/io.py", set(STAGES))]:
+        path = repo / module
+        original = path.read_text()
+        path.write_text(original + "\n# an edit\n")
+        try:
+            assert _stale(repo) == stages, module
+        finally:
+            path.write_text(original)

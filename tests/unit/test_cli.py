@@ -1,0 +1,101 @@
+"""The `draftline` command: one group, the stages in pipeline order, options that say what
+each reads and writes, path defaults from dvc.yaml, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from conftest import ROOT
+
+from draftline import paths
+from draftline.cli import STAGES, TOOLS, main
+
+
+def _invoke(*args, **kw):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, **kw)
+
+
+def test_help_lists_the_stages_in_pipeline_order_one_line_each():
+    out = _invoke("--help", terminal_width=80).output
+    stage_block = out.split("Pipeline stages", 1)[1].split("Tools", 1)[0]
+    lines = [line for line in stage_block.splitlines()[1:] if line.strip()]
+    assert [line.split()[0] for line in lines] == list(STAGES)  # one line each: no continuation lines
+    for var in ("DRAFTLINE_PARAMS", "DRAFTLINE_THREADS", "DRAFTLINE_DEVICE", "DRAFTLINE_NO_PROGRESS",
+                "DRAFTLINE_DEBUG"):
+        assert var in out
+    assert all(t in out.split("Tools", 1)[1] for t in TOOLS)
+
+
+@pytest.mark.parametrize("name", list(STAGES))
+def test_every_stage_says_what_it_reads_and_writes(name):
+    out = _invoke(name, "--help", terminal_width=200).output
+    assert "Writes:" in out and "Params:" in out
+    assert "Reads:" in out or name == "target"  # the target stage reads only params and the package's GGUF
+    path_options = re.findall(r"^\s+(--[\w-]+) PATH", out, re.M)
+    assert path_options and len(re.findall(r"\(paths\.\w+ in dvc\.yaml\)", out)) == len(path_options)
+
+
+@pytest.mark.parametrize("name", list(TOOLS))
+def test_every_tool_has_help(name):
+    assert _invoke(name, "--help").exit_code == 0
+
+
+def test_path_defaults_are_dvc_yaml_declarations(tmp_path):
+    declared = paths.all_declared(ROOT / "dvc.yaml")
+    assert declared["tokens"] == Path("data/tokens/train.parquet")
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"vars": [{"paths": {"tokens": "elsewhere/t.parquet"}}]}))
+    assert paths.declared("tokens", tmp_path / "dvc.yaml") == Path("elsewhere/t.parquet")
+    with pytest.raises(paths.PathsError, match="has no 'hidden'"):
+        paths.declared("hidden", tmp_path / "dvc.yaml")
+
+
+def _params(tmp_path: Path, sources: list[dict]) -> Path:
+    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    p["download"]["sources"] = sources
+    out = tmp_path / "params.yaml"
+    out.write_text(yaml.safe_dump(p))
+    return out
+
+
+def test_download_refuses_a_prompt_file_outside_its_inputs(tmp_path):
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "extra").mkdir()
+    for d in ("seed", "extra"):
+        (tmp_path / d / "p.jsonl").write_text(json.dumps({"prompt": f"Hello from {d}"}) + "\n")
+    params = _params(tmp_path, [{"name": "ok", "kind": "local", "path": str(tmp_path / "seed/p.jsonl")},
+                                {"name": "extra", "kind": "local", "path": str(tmp_path / "extra/p.jsonl")}])
+    common = ["--params", str(params), "download", "--inputs", str(tmp_path / "seed"),
+              "--out", str(tmp_path / "prompts.parquet"), "--metrics", str(tmp_path / "m.json")]
+    result = _invoke(*common)
+    assert result.exit_code == 2
+    assert "download.sources[1] 'extra'" in result.output and "--inputs" in result.output
+    assert not (tmp_path / "prompts.parquet").exists()
+    ok = _invoke(*common, "--inputs", str(tmp_path / "extra/p.jsonl"))
+    assert ok.exit_code == 0, ok.output
+    assert json.loads((tmp_path / "m.json").read_text())["total"] == 2
+
+
+def test_a_bad_key_is_one_line_and_exit_2(tmp_path):
+    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    p["train"]["learning_rate"] = 0.1
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    result = _invoke("--params", str(tmp_path / "params.yaml"), "mix", "--prompts", str(tmp_path / "none.parquet"))
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {tmp_path / 'params.yaml'}: unknown key 'train.learning_rate'"
+
+
+def test_preset_prints_validated_flags():
+    out = _invoke("--params", str(ROOT / "params.yaml"), "preset", str(ROOT / "presets/large.yaml")).output
+    assert out.startswith("-S ") and "regenerate.samples_per_prompt=3" in out
+
+
+def test_readme_results_match_the_committed_metrics(monkeypatch):
+    """The README's results block is generated (`make results`), never typed by hand."""
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(main, ["results", "--check"])
+    assert result.exit_code == 0, result.output
