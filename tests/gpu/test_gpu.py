@@ -103,3 +103,18 @@ def test_bf16_training_on_gpu_follows_fp32_cpu_and_learns(tiny, tmp_path):
     assert len(losses) == 80 and all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-10:]) < sum(losses[:10])
     assert [e["step"] for e in log.evals] == [40, 80]
+
+
+def test_a_device_map_places_the_target_on_the_gpus(target_dir, target_model, tokenizer):
+    """`--target-device-map auto`: the target's layers go to the visible GPUs (split
+    over several when there are), inputs go to `model.device`, and it computes what the
+    CPU model does up to float32 kernel differences."""
+    from draftline.target.load import load_model
+
+    mapped = load_model(target_dir, "float32", "cpu", device_map="auto")
+    assert {p.device.type for p in mapped.parameters()} == {"cuda"}
+    ids = tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        got = mapped(ids.to(mapped.device)).logits.cpu()
+        want = target_model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
