@@ -16,7 +16,9 @@ export TOKENIZERS_PARALLELISM := false
 all: $(STAMP)
 	dvc repro
 
-# A larger run as a DVC experiment: `make preset PRESET=large` (presets/large.yaml).
+# A preset as a DVC experiment: `make preset PRESET=large` (presets/large.yaml), or
+# PRESET=smoke (presets/smoke.yaml: the whole pipeline in minutes). dvc leaves the experiment's
+# params.yaml and outputs in the workspace: `git checkout params.yaml dvc.lock && dvc checkout` undoes it.
 PRESET ?= large
 preset: $(STAMP)
 	flags="$$(draftline preset presets/$(PRESET).yaml)" && eval dvc exp run -n $(PRESET) $$flags
@@ -87,8 +89,9 @@ metrics: $(STAMP)
 diff: $(STAMP)
 	dvc metrics diff HEAD~1
 
+# One page with vega inlined (src/draftline/plots_page.py): it opens offline.
 plots: $(STAMP)
-	dvc plots show -o data/plots/html
+	draftline plots
 	@echo "open data/plots/html/index.html"
 
 # The default remote is a plain folder beside the repo; point REMOTE at s3://... etc.

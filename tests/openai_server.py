@@ -4,6 +4,7 @@ Test-only: it stands in for vLLM/SGLang/llama.cpp, which do not run here. `fail_
 makes the first N requests answer HTTP 500, to exercise retries; `think` makes it answer
 the way a reasoning target does through vLLM: "field" puts reasoning in
 `reasoning_content` (a reasoning parser), "tags" inlines it in <think> tags (no parser).
+`EchoServer` has no model: it echoes the request's key back, to test what gets stored.
 """
 
 from __future__ import annotations
@@ -16,7 +17,37 @@ from draftline.config import RegenerateParams
 from draftline.regenerate.hf_backend import HFBackend
 
 
-class ChatServer:
+class _JSONHandler(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, out: dict, status: int = 200):
+        data = json.dumps(out).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _Loopback:
+    """A threaded HTTP server on a free loopback port, serving `handler`, as a context manager."""
+
+    def _serve(self, handler) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class ChatServer(_Loopback):
     def __init__(self, model, tokenizer, fail_first: int = 0, served_name: str = "smollm2", think: str | None = None):
         self.model, self.tok = model, tokenizer
         self.fail_left = fail_first
@@ -28,18 +59,7 @@ class ChatServer:
         self.bodies: list[dict] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, out: dict):
-                data = json.dumps(out).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(_JSONHandler):
             def do_GET(self):
                 self._send({"object": "list", "data": [{"id": server.served_name, "object": "model"}]})
 
@@ -70,14 +90,36 @@ class ChatServer:
                             "message": msg}],
                             "usage": {"prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens}})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serve(Handler)
 
-    def __enter__(self):
-        self.thread.start()
-        return self
 
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+class EchoServer(_Loopback):
+    """A server that echoes the request's Authorization header back, as some servers and
+    proxies do in their errors. The last word of the prompt picks the answer: "reject" ->
+    HTTP 400, "crash" -> HTTP 500, "garble" -> HTTP 200 without choices, "echo" -> an
+    answer quoting the header, anything else -> "ok". GET /models lists `served_name` and
+    the header as a second id. No model behind it: for tests of what the stage stores."""
+
+    def __init__(self, served_name: str = "echo-model"):
+        class Handler(_JSONHandler):
+            def do_GET(self):
+                auth = self.headers.get("Authorization")
+                self._send({"object": "list", "data": [{"id": served_name}, {"id": f"echo {auth}"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                auth = self.headers.get("Authorization")
+                echo = {"error": "request refused", "request_headers": {"Authorization": auth}}
+                word = body["messages"][-1]["content"].split()[-1]
+                if word == "reject":
+                    return self._send(echo, 400)
+                if word == "crash":
+                    return self._send(echo, 500)
+                if word == "garble":
+                    return self._send({"id": "x", "object": "chat.completion", **echo})
+                text = f"you sent {auth}" if word == "echo" else "ok"
+                self._send({"model": served_name, "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": text}}]})
+
+        self._serve(Handler)

@@ -20,6 +20,7 @@ from .command import Settings
 
 # name -> module defining `command`; the pipeline's order, as dvc.yaml runs it.
 STAGES = {
+    "check": "draftline.check",
     "target": "draftline.target.target",
     "download": "draftline.prompts.download",
     "mix": "draftline.prompts.mix",
@@ -34,6 +35,7 @@ TOOLS = {
     "card": "draftline.decode.card",
     "preset": "draftline.presets",
     "results": "draftline.results",
+    "plots": "draftline.plots_page",
 }
 
 

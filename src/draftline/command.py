@@ -8,6 +8,7 @@ closure (its dvc.yaml deps) is its own modules plus this one, cli.py and config.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ from typing import Callable
 
 import click
 
-from . import paths, progress
+from . import paths, progress, secrets
 from .config import Params, ParamsError, load_params
 
 
@@ -40,28 +41,52 @@ def path_option(flag: str, declared: str, help: str, multiple: bool = False):
                         show_default=f"paths.{declared} in dvc.yaml")
 
 
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM (a scheduler, `kill`)."""
+
+
 def _terminate(signum, frame):
-    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C: finally blocks stop launched
-    # servers and remove temp files; finished shards stay for the rerun.
-    raise SystemExit(128 + signum)
+    # SIGTERM unwinds like Ctrl-C: finally blocks stop launched servers and remove temp
+    # files; finished shards and checkpoints stay for the rerun.
+    raise Interrupted(signal.Signals(signum).name, 128 + signum)
 
 
-def run_stage(settings: Settings, stage: Callable[[Params], None]) -> None:
+KEPT = ("finished work is kept (answer shards, hidden-state shards, checkpoints) and temp files are "
+        "removed: rerun the stage (dvc repro) to resume")
+
+
+def _one_line(err: BaseException) -> tuple[str, int]:
+    """The line a user sees for an expected failure, and the exit code."""
+    if isinstance(err, Interrupted):
+        return f"interrupted ({err.args[0]}): {KEPT}", err.args[1]
+    if isinstance(err, KeyboardInterrupt):
+        return f"interrupted (Ctrl-C): {KEPT}", 130
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        where = f" writing {err.filename}" if err.filename else ""
+        return f"disk full{where}: {KEPT}, once space is freed", 2
+    return f"{err}", 2
+
+
+def run_stage(settings: Settings, stage: Callable[[Params], None], torch_threads: bool = True) -> None:
     """Validate params, set threads and progress, run `stage(params)`. Expected failures
-    (bad params, a missing input, an unreachable server) print one line naming the key,
-    file or URL and exit 2; nothing is half-written (every write is atomic)."""
-    import torch  # here, not at import: `draftline --help` stays fast
-
+    (bad params, a missing input, an unreachable server, Ctrl-C, a full disk) print one
+    line naming the key, file or URL, with secrets masked, and exit non-zero; nothing is
+    half-written (every write is atomic). `--debug` shows the traceback instead."""
     signal.signal(signal.SIGTERM, _terminate)
     progress.configure(settings.progress)
     try:
         params = load_params(settings.params)
-        torch.set_num_threads(settings.threads or max(1, os.cpu_count() or 1))
-        # Every stage starts from the same global RNG state; the seeds that matter are params.
-        torch.manual_seed(0)
+        if torch_threads:
+            import torch  # here, not at import: `draftline --help` stays fast
+
+            torch.set_num_threads(settings.threads or max(1, os.cpu_count() or 1))
+            # Every stage starts from the same global RNG state; the seeds that matter are params.
+            torch.manual_seed(0)
         stage(params)
-    except (ParamsError, paths.PathsError, FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ParamsError, paths.PathsError, OSError, ValueError, RuntimeError, KeyboardInterrupt,
+            Interrupted) as err:
         if settings.debug:
             raise
-        sys.exit(2)
+        line, code = _one_line(err)
+        print(f"error: {secrets.mask(line)}", file=sys.stderr)
+        sys.exit(code)

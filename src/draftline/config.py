@@ -53,7 +53,10 @@ class ParamsError(ValueError):
 class Section(BaseModel):
     # Unknown keys are errors: a misspelt key silently falling back to a default is the
     # classic "which setting produced this drafter" bug.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: YAML already gives every value its type, so "4" for an int, `true` for an
+    # int or "off" for a bool is a mistake to report, not to coerce; and a non-finite
+    # float (`.inf`, `.nan`) is never a setting (lr: .inf trains an all-NaN drafter).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 BatchDtype = Literal["auto", "float32", "bfloat16", "float16"]
@@ -264,6 +267,18 @@ class RegenerateParams(Section):
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
     # hf backend: prompts per generate() call.
     batch_size: PositiveInt = 64
+    # hf backend: at most this many tokens per generate() call, counted as rows x the
+    # widest row (its prompt at its last turn plus max_new_tokens per turn), so a few long
+    # prompts get a small batch instead of padding a full one; a wider row runs alone.
+    batch_tokens: PositiveInt = 65536
+    # A prompt that leaves less than max_new_tokens of the target's context: drop = not
+    # answered; cut = its first turn cut in the middle of its longest message, or the
+    # conversation ended before the later turn that outgrows the context. Either way the
+    # row is named, counted and listed (docs/regeneration.md, Long prompts).
+    long_prompts: Literal["drop", "cut"] = "drop"
+    # The context prompts are measured against, in tokens; null = the target's
+    # max_position_embeddings. Set it to a server's smaller --max-model-len.
+    max_context: PositiveInt | None = None
     # hf backend: the target's compute dtype here. auto = bfloat16 on CUDA and on CPUs with
     # bf16 matrix units (faster there, bench/RESULTS.md), else
     # target.dtype. Part of every row's resume key.

@@ -7,6 +7,7 @@ bench/ read the same declaration for their defaults, so no stage path is spelled
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,10 +21,14 @@ class PathsError(ValueError):
 
 
 @lru_cache(maxsize=None)
-def _read(dvc_file: Path) -> dict[str, str]:
+def _load(dvc_file: Path) -> dict:
     if not dvc_file.exists():
         raise PathsError(f"{dvc_file}: not found (run from the repository root, or pass the path option)")
-    data = yaml.safe_load(dvc_file.read_text()) or {}
+    return yaml.safe_load(dvc_file.read_text()) or {}
+
+
+def _read(dvc_file: Path) -> dict[str, str]:
+    data = _load(dvc_file)
     for entry in data.get("vars") or []:
         if isinstance(entry, dict) and isinstance(entry.get("paths"), dict):
             return {str(k): str(v) for k, v in entry["paths"].items()}
@@ -40,3 +45,12 @@ def declared(name: str, dvc_file: Path = DVC_FILE) -> Path:
 
 def all_declared(dvc_file: Path = DVC_FILE) -> dict[str, Path]:
     return {k: Path(v) for k, v in _read(dvc_file.resolve()).items()}
+
+
+def stage_data_deps(stage: str, dvc_file: Path = DVC_FILE) -> list[Path]:
+    """A stage's deps in dvc.yaml other than its code (src/), `${paths.x}` resolved: the
+    data whose edits rerun it."""
+    paths = _read(dvc_file.resolve())
+    deps = ((_load(dvc_file.resolve()).get("stages") or {}).get(stage) or {}).get("deps") or []
+    resolved = [re.sub(r"\$\{paths\.(\w+)\}", lambda m: paths.get(m[1], m[0]), str(d)) for d in deps]
+    return [Path(d) for d in resolved if not d.startswith("src/")]

@@ -1,10 +1,11 @@
 """`draftline preset`: a YAML overlay of params.yaml, turned into `dvc exp run -S` flags.
 
     draftline preset presets/large.yaml   # prints -S key=value ... for dvc exp run (make preset)
+    make preset PRESET=smoke              # the whole pipeline in minutes (tests/pipeline runs it too)
 
-Running a preset as a DVC experiment keeps params.yaml untouched, records every override
-in `dvc exp show`, and reruns only the stages whose keys the preset changes. The overlay
-is validated against the full params model before anything runs.
+Running a preset as a DVC experiment records every override in `dvc exp show` and reruns
+only the stages whose keys the preset changes; dvc leaves the experiment's params.yaml in
+the workspace. The overlay is validated against the full params model before anything runs.
 """
 
 from __future__ import annotations
@@ -37,13 +38,34 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def flags(preset: Path, params: Path = Path("params.yaml")) -> list[str]:
+def _override(v: object) -> str:
+    """A value in the override grammar `dvc exp run -S` parses (Hydra's): JSON, but with
+    bare mapping keys, which Hydra requires (`[{name: "seed"}]`, not `[{"name": "seed"}]`)."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_override(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_override(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def _overlay(preset: Path) -> dict:
     over = yaml.safe_load(preset.read_text()) or {}
     if not isinstance(over, dict):
         raise ParamsError(f"{preset}: top level must be a mapping")
-    parse_params(_merge(yaml.safe_load(params.read_text()), over), f"{params} + {preset}")
-    return [f"-S {shlex.quote(f'{k}={json.dumps(v)}')}"  # JSON is YAML: dvc parses it back
-            for k, v in _flatten(over)]
+    return over
+
+
+def merged(preset: Path, params: Path = Path("params.yaml")) -> dict:
+    """params.yaml with the overlay merged key by key, as `dvc exp run -S` applies it (a
+    list is replaced whole); validated against the whole params model (ParamsError)."""
+    full = _merge(yaml.safe_load(params.read_text()), _overlay(preset))
+    parse_params(full, f"{params} + {preset}")
+    return full
+
+
+def flags(preset: Path, params: Path = Path("params.yaml")) -> list[str]:
+    merged(preset, params)
+    return [f"-S {shlex.quote(f'{k}={_override(v)}')}" for k, v in _flatten(_overlay(preset))]
 
 
 @click.command("preset")

@@ -76,8 +76,16 @@ def test_faults_are_retried_and_counted(llama_servers, tmp_path):
     assert not out.errors and len(out.rows) == len(_rows())
     assert out.stats["retries"] == {"connection": 2, "http_5xx": 2, "http_429": 1, "timeout": 1, "malformed": 1}
     clean = _run(_params([llama_servers[0].url]), tmp_path, name="clean")
-    # the same keys and, greedy on the same server, the same answers as a run without faults
-    assert {r["key"]: r["completion"] for r in out.rows} == {r["key"]: r["completion"] for r in clean.rows}
+    # The same keys and, greedy on the same server, the same single-turn answers as a run without
+    # faults. The two-turn row is checked for shape only: its second prompt carries the first
+    # answer, and llama.cpp's prefix-cache reuse (which depends on the order requests arrived in)
+    # has flipped a near-tie in that second answer on a loaded CI box.
+    assert {r["key"] for r in out.rows} == {r["key"] for r in clean.rows}
+    single = lambda rows: {r["key"]: r["completion"] for r in rows if r["id"] != "multi"}  # noqa: E731
+    assert single(out.rows) == single(clean.rows)
+    multi = next(r for r in out.rows if r["id"] == "multi")
+    assert [m["role"] for m in multi["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    assert all(m["content"].strip() for m in multi["messages"] if m["role"] == "assistant")
 
 
 def test_bad_rows_are_recorded_and_the_run_goes_on(llama_servers, tmp_path):

@@ -27,3 +27,23 @@ def test_a_device_map_loads_the_same_target(target_dir, target_model, tokenizer)
     ids = tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
     with torch.inference_mode():
         assert torch.equal(mapped(ids).logits, target_model(ids).logits)
+
+
+def test_bad_layer_ids_stop_the_target_stage_before_it_writes(tmp_path):
+    """drafter.target_layer_ids out of range fails on the config alone: no model folder,
+    no info file, nothing half-written."""
+    import yaml
+    from click.testing import CliRunner
+    from conftest import ROOT
+
+    from draftline.cli import main
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["drafter"]["target_layer_ids"] = [1, 99]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    model, info = tmp_path / "data/target/model", tmp_path / "data/target/info.json"
+    res = CliRunner().invoke(main, ["--params", str(tmp_path / "params.yaml"), "target", "--model", str(model),
+                                    "--info", str(info)])
+    assert res.exit_code == 2
+    assert "drafter.target_layer_ids: layer 99 out of range for a 30-layer target" in res.output
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*"))

@@ -1,4 +1,4 @@
-"""The real pipeline: `dvc repro` in a temporary git repo on smoke-sized params."""
+"""The real pipeline: `dvc repro` in a temporary git repo on the smoke preset (presets/smoke.yaml)."""
 
 import json
 import os
@@ -12,9 +12,11 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from draftline.presets import merged
+
 pytestmark = pytest.mark.slow
 
-STAGES = ["target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"]
+STAGES = ["check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"]
 
 
 def _run(cmd, cwd, check=True):
@@ -44,10 +46,8 @@ def repo(tmp_path_factory):
         shutil.copytree(ROOT / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
     shutil.copy(ROOT / "data" / ".gitignore", repo / "data" / ".gitignore")  # keeps data/train_state out of git
-    # The smoke file overrides the default params: DVC wants every key dvc.yaml lists.
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for section, values in yaml.safe_load((ROOT / "tests" / "smoke_params.yaml").read_text()).items():
-        params[section] = {**params.get(section, {}), **values}
+    # The users' smoke preset over the default params, merged as `make preset PRESET=smoke` does.
+    params = merged(ROOT / "presets" / "smoke.yaml", ROOT / "params.yaml")
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     _run("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
     # Stages import draftline from the copy under test, not the installed checkout.
@@ -116,7 +116,7 @@ def test_changing_train_lr_reruns_only_train_and_benchmark(repo):
     _run("git add -A && git commit -qm first", repo)
     _set(repo, "train", "lr", 0.002)
     out = _run("dvc repro", repo).stdout
-    assert _ran(out) == {"train", "benchmark"}
+    assert _ran(out) == {"check", "train", "benchmark"}  # check: any edit to params.yaml is validated
     # Comparing runs: tau per benchmark in `dvc metrics diff`, acceptance curves in `dvc plots diff`.
     diff = json.loads(_run("dvc metrics diff HEAD --all --json", repo).stdout)
     keys = set(diff["data/metrics/benchmark.json"])
@@ -129,7 +129,7 @@ def test_changing_regenerate_reruns_from_regenerate_on(repo):
     repo, _ = repo
     _set(repo, "regenerate", "max_new_tokens", 20)
     out = _run("dvc repro", repo).stdout
-    assert _ran(out) == {"regenerate", "tokenize", "extract", "train", "benchmark"}
+    assert _ran(out) == {"check", "regenerate", "tokenize", "extract", "train", "benchmark"}
 
 
 def test_unknown_key_stops_the_stage_with_its_name(repo):
@@ -159,7 +159,7 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it(repo):
     assert _stale(repo) == set()
     for module, stages in [("src/draftline/decode/tree.py", {"benchmark"}),
                            ("src/draftline/hidden/features.py", {"extract", "benchmark"}),
-                           ("src/draftline/io.py", set(STAGES))]:
+                           ("src/draftline/io.py", set(STAGES) - {"check"})]:
         path = repo / module
         original = path.read_text()
         path.write_text(original + "\n# an edit\n")
@@ -167,3 +167,97 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it(repo):
             assert _stale(repo) == stages, module
         finally:
             path.write_text(original)
+
+
+def _edit(path: Path, old: str, new: str) -> str:
+    original = path.read_text()
+    assert old in original
+    path.write_text(original.replace(old, new, 1))
+    return original
+
+
+def test_a_misspelt_key_no_stage_reads_stops_dvc_repro(repo):
+    """The check stage tracks the whole params file: a key that no stage lists still
+    makes `dvc status` stale and `dvc repro` fail, with the key named."""
+    repo, _ = repo
+    _run("dvc repro", repo)
+    original = (repo / "params.yaml").read_text()
+    try:
+        _set(repo, "drafter", "block_sise", 8)
+        _set(repo, "trian", "lr", 0.1)
+        assert _stale(repo) == {"check"}
+        p = _run("dvc repro", repo, check=False)
+        assert p.returncode != 0
+        err = p.stdout + p.stderr
+        assert "unknown key 'drafter.block_sise'" in err and "unknown key 'trian'" in err
+        assert _ran(p.stdout) == {"check"}
+    finally:
+        (repo / "params.yaml").write_text(original)
+    _run("dvc repro", repo)
+    assert _stale(repo) == set()
+
+
+def test_a_prompt_file_anywhere_is_a_dependency_once_declared(repo, tmp_path):
+    """A local source outside the download stage's deps stops it, named; declared (in the
+    repository or outside it), an edit to the file reruns the stage."""
+    repo, _ = repo
+    extra = repo / "data/extra/p.jsonl"
+    outside = tmp_path / "elsewhere" / "q.jsonl"
+    for f, text in ((extra, "Write a haiku about rain."), (outside, "Name three prime numbers.")):
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps({"prompt": text, "category": "writing"}) + "\n")
+    params, dvc_yaml = repo / "params.yaml", repo / "dvc.yaml"
+    original_params = params.read_text()
+    p = yaml.safe_load(original_params)
+    p["download"]["sources"] += [{"name": "extra", "kind": "local", "path": "data/extra/p.jsonl", "role": "train"},
+                                 {"name": "outside", "kind": "local", "path": str(outside), "role": "train"}]
+    params.write_text(yaml.safe_dump(p, sort_keys=False))
+    original_dvc = dvc_yaml.read_text()
+    try:
+        refused = _run("dvc repro download", repo, check=False)
+        assert refused.returncode != 0
+        assert "download.sources[3] 'extra': data/extra/p.jsonl is not among the stage's inputs" in refused.stderr
+        _edit(dvc_yaml, "      - ${paths.prompt_files}\n",
+              f"      - ${{paths.prompt_files}}\n      - data/extra\n      - {outside}\n")
+        _run("dvc repro download", repo)
+        assert "download" not in _stale(repo)
+        with extra.open("a") as f:
+            f.write(json.dumps({"prompt": "Write a limerick about snow."}) + "\n")
+        assert "download" in _stale(repo)
+        _run("dvc repro download", repo)
+        outside.write_text(json.dumps({"prompt": "Name four prime numbers."}) + "\n")
+        assert "download" in _stale(repo)  # DVC hashes an outside file too (not cached, not pushed)
+    finally:
+        params.write_text(original_params)
+        dvc_yaml.write_text(original_dvc)
+        shutil.rmtree(repo / "data/extra")
+    _run("dvc repro download", repo)  # the same prompts as before: nothing after it is stale
+    assert _stale(repo) == set()
+
+
+def test_a_damaged_persisted_output_is_set_aside_and_dvc_repro_goes_on(repo):
+    repo, _ = repo
+    answers = repo / "data/regen/answers.parquet"
+    answers.write_bytes(answers.read_bytes()[:100])  # as `truncate` or a full disk leaves it
+    p = _run("dvc repro", repo)
+    assert "data/regen/answers.parquet is unreadable" in p.stdout + p.stderr
+    assert [f.name.startswith("answers.parquet.") for f in (repo / "data/regen_work/damaged").iterdir()] == [True]
+    assert "regenerate" in _ran(p.stdout) and _stale(repo) == set()
+    shutil.rmtree(repo / "data/regen_work")
+
+
+def test_a_pull_into_a_fresh_clone_leaves_a_clean_status(repo, tmp_path):
+    """A colleague's results are reused, not recomputed: nothing the pipeline needs to be
+    up to date is left out of the cache (resume state is not an output)."""
+    repo, _ = repo
+    remote = tmp_path / "remote"
+    _run(f"dvc remote add -f -d shared {remote} && dvc push -q && git add -A && git commit -qm pushed", repo)
+    try:
+        clone = tmp_path / "clone"
+        _run(f"git clone -q {repo} {clone}", tmp_path)
+        _run("dvc pull -q", clone)
+        assert _stale(clone) == set()
+        assert (clone / "data/drafter/model.safetensors").read_bytes() == \
+            (repo / "data/drafter/model.safetensors").read_bytes()
+    finally:
+        _run("dvc remote remove shared && git add -A && git commit -qm unshared", repo)

@@ -37,7 +37,8 @@ def test_every_stage_says_what_it_reads_and_writes(name):
     assert "Writes:" in out and "Params:" in out
     assert "Reads:" in out or name == "target"  # the target stage reads only params and the package's GGUF
     path_options = re.findall(r"^\s+(--[\w-]+) PATH", out, re.M)
-    assert path_options and len(re.findall(r"\(paths\.\w+ in dvc\.yaml\)", out)) == len(path_options)
+    declared = re.findall(r"\(paths\.\w+ in dvc\.yaml\)|\(download's deps in dvc\.yaml\)", out)
+    assert (path_options or name == "check") and len(declared) == len(path_options)
 
 
 @pytest.mark.parametrize("name", list(TOOLS))
@@ -73,7 +74,7 @@ def test_download_refuses_a_prompt_file_outside_its_inputs(tmp_path):
               "--out", str(tmp_path / "prompts.parquet"), "--metrics", str(tmp_path / "m.json")]
     result = _invoke(*common)
     assert result.exit_code == 2
-    assert "download.sources[1] 'extra'" in result.output and "--inputs" in result.output
+    assert "download.sources[1] 'extra'" in result.output and "to the download stage's deps in dvc.yaml" in result.output
     assert not (tmp_path / "prompts.parquet").exists()
     ok = _invoke(*common, "--inputs", str(tmp_path / "extra/p.jsonl"))
     assert ok.exit_code == 0, ok.output
@@ -99,3 +100,44 @@ def test_readme_results_match_the_committed_metrics(monkeypatch):
     monkeypatch.chdir(ROOT)
     result = CliRunner().invoke(main, ["results", "--check"])
     assert result.exit_code == 0, result.output
+
+
+def test_any_edit_to_params_is_validated_by_the_check_stage(tmp_path):
+    """The check stage tracks the whole params file: a key no stage reads is still caught."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["drafter"]["block_sise"] = 8
+    params["trian"] = {"lr": 0.1}
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(params))
+    res = CliRunner().invoke(main, ["--params", str(bad), "check"])
+    assert res.exit_code == 2
+    assert "unknown key 'drafter.block_sise'" in res.output and "unknown key 'trian'" in res.output
+    ok = CliRunner().invoke(main, ["check"])
+    assert ok.exit_code == 0 and "settings valid" in ok.output
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["check"]
+    assert stage["params"] == [{"params.yaml": None}]  # the whole file, not some keys
+
+
+def _run(stage) -> int:
+    from draftline.command import Settings, run_stage
+
+    with pytest.raises(SystemExit) as exit_:
+        run_stage(Settings(params=ROOT / "params.yaml"), stage, torch_threads=False)
+    return exit_.value.code
+
+
+def test_ctrl_c_and_a_full_disk_are_one_line(capsys):
+    def interrupted(params):
+        raise KeyboardInterrupt
+
+    def disk_full(params):
+        with open("/dev/full", "w") as f:  # the kernel's always-full device: a real ENOSPC
+            f.write("x" * 65536)
+            f.flush()
+
+    assert _run(interrupted) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: interrupted (Ctrl-C): finished work is kept")
+    assert _run(disk_full) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: disk full") and "finished work is kept" in err

@@ -122,15 +122,19 @@ def test_closure_sees_a_function_level_import():
 
 
 def test_local_prompt_files_are_download_inputs_and_deps():
+    """download's --inputs default to its data deps, and every local file params names
+    lies in one of them (the stage refuses any other: tests/unit/test_cli.py)."""
+    from draftline import paths
+
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     stage = dvc_stages()["download"]
-    inputs = re.findall(r"--inputs (\S+)", stage["cmd"])
-    deps = [Path(d) for d in stage["deps"]]
-    assert inputs and all(Path(i) in deps for i in inputs)
+    assert "--inputs" not in stage["cmd"]
+    inputs = paths.stage_data_deps("download", ROOT / "dvc.yaml")
+    assert inputs == [Path("data/seed")]
     for src in params["download"]["sources"]:
         if src.get("path") and (ROOT / src["path"]).exists():
             path = Path(src["path"])
-            assert any(path == Path(i) or Path(i) in path.parents for i in inputs), src
+            assert any(path == i or i in path.parents for i in inputs), src
 
 
 def test_tokenize_reads_the_answers_regenerate_writes():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..io import atomic_path
+from ..io import atomic_path, set_aside
 
 NAME = re.compile(r"^step-(\d{7})\.pt$")
 
@@ -59,8 +59,10 @@ def latest(folder: Path, fp: str) -> dict | None:
         try:
             # weights_only: tensors, numbers, strings and containers, never arbitrary objects.
             state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # a torn file cannot exist (atomic rename), but say so if it does
-            raise RuntimeError(f"{path}: unreadable checkpoint ({err}); delete it to start afresh") from None
+        except Exception as err:  # torn writes cannot happen (atomic rename), a bad disk can
+            # Set aside, then the next older checkpoint (or a fresh start) is used.
+            set_aside(path, folder / "damaged", str(err).splitlines()[0])
+            continue
         if state.get("fingerprint") == fp:
             return state
         path.unlink()

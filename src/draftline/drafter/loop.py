@@ -105,6 +105,14 @@ def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, 
             n += st["count_by_pos"]
         dist.all_sum_grads(world, params)
         gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
+        # Checked before the update: a non-finite loss or gradient would make every weight
+        # NaN, and the stage would still write a drafter and report success. The gradient
+        # norm is the same on every process (gradients are summed first), so all stop.
+        if not (math.isfinite(loss_sum) and math.isfinite(float(gnorm))):
+            raise RuntimeError(
+                f"train: step {step + 1} (epoch {epoch}): loss {loss_sum} and gradient norm {float(gnorm)}; "
+                f"training diverged (lower train.lr, check the hidden states); checkpoints up to step "
+                f"{step} are kept")
         opt.step()
         loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
         c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])

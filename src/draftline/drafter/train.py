@@ -19,7 +19,7 @@ import click
 from ..command import path_option, run_stage
 from ..devices import compute_device
 from ..hidden.store import load_sequences, read_index
-from ..io import write_json, write_tsv
+from ..io import temp_beside, write_json, write_tsv
 from ..target.info import TargetInfo
 from ..target.load import load_config, load_tokenizer
 from ..target.weights import load_io_weights, load_layer_weights
@@ -83,7 +83,7 @@ def _train(params, dp, tp, world, model_dir, info_file, hidden, out, state, metr
 def _save(drafter, out: Path) -> None:
     """The drafter's files into `out`, each replaced whole (other files there, such as the
     model card, belong to other stages and stay)."""
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    tmp = temp_beside(out)
     try:
         save_drafter(drafter, tmp)
         out.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,12 @@
 """Stage `download`: read every prompt source in params into one Parquet file.
 
-    draftline download --inputs DIR_OR_FILE --out FILE --metrics FILE
+    draftline download --out FILE --metrics FILE
 
-Local sources must lie inside an `--inputs` path: dvc.yaml lists the same paths as the
-stage's deps, so editing a prompt file reruns the stage, and a file outside them stops it
-here, named, instead of going stale unnoticed.
+Local sources must lie inside one of the stage's data deps in dvc.yaml (`--inputs`
+defaults to them): editing a prompt file then reruns the stage, and a file outside them
+stops it here, named, instead of going stale unnoticed. Any path can be a dep, inside the
+repository or outside it (DVC hashes an outside file on every `dvc status`, but does not
+version it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from .. import paths
 from ..command import path_option, run_stage
 from ..config import SourceParams
 from ..io import write_json, write_parquet
@@ -36,8 +39,8 @@ def check_inputs(sources: list[SourceParams], inputs: list[Path]) -> None:
         if not any(full == a or a in full.parents for a in allowed):
             raise ValueError(
                 f"download.sources[{i}] '{src.name}': {path} is not among the stage's inputs "
-                f"({', '.join(map(str, inputs)) or 'none'}); add it to the download stage's deps and "
-                f"--inputs in dvc.yaml, so that editing it reruns the stage")
+                f"({', '.join(map(str, inputs)) or 'none'}); add `- {path}` (or its folder) to the download "
+                f"stage's deps in dvc.yaml, so that editing it reruns the stage")
 
 
 def run(params, inputs: list[Path], out: Path, metrics: Path) -> None:
@@ -58,9 +61,10 @@ def run(params, inputs: list[Path], out: Path, metrics: Path) -> None:
 
 
 @click.command("download")
-@path_option("--inputs", "prompt_files", "Reads: local prompt files or folders (repeatable); every local source in "
-                                         "params must lie inside one. Hub and benchmark sources need none.",
-             multiple=True)
+@click.option("--inputs", type=click.Path(path_type=Path), multiple=True,
+              default=lambda: paths.stage_data_deps("download"), show_default="download's deps in dvc.yaml",
+              help="Reads: local prompt files or folders (repeatable); every local source in params must lie inside "
+                   "one. Hub and benchmark sources need none.")
 @path_option("--out", "prompts", "Writes: every prompt in one schema (id, source, category, role, messages).")
 @path_option("--metrics", "download_metrics", "Writes: rows read, kept and skipped per source, with examples.")
 @click.pass_obj

@@ -16,6 +16,7 @@ from collections import Counter
 
 import aiohttp
 
+from .. import secrets
 from ..config import OpenAIParams
 from .answer import Answer, split_reasoning
 from .endpoints import EndpointPool
@@ -29,12 +30,19 @@ class RowFailure(Exception):
     """A row that could not be answered; recorded in the errors file, never dropped silently."""
 
     def __init__(self, kind: str, reason: str, attempts: int):
+        reason = secrets.mask(reason)  # servers echo the request, Authorization header included
         super().__init__(f"{kind}: {reason}")
         self.kind, self.reason, self.attempts = kind, reason, attempts
 
 
 class EndpointError(RuntimeError):
     """The run cannot go on (endpoint down at start, wrong model, rejected key)."""
+
+
+def _excerpt(raw: bytes, limit: int) -> str:
+    """The start of a response body for an error reason, masked before it is cut, so no
+    part of an echoed key survives the cut."""
+    return secrets.mask(raw.decode("utf-8", "replace"))[:limit]
 
 
 def _kind_of_status(status: int) -> str:
@@ -87,8 +95,7 @@ class ChatClient:
                 if resp.status != 200:
                     ra = resp.headers.get("Retry-After")
                     retry_after = float(ra) if ra and ra.replace(".", "", 1).isdigit() else None
-                    text = raw[:300].decode("utf-8", "replace")
-                    return _kind_of_status(resp.status), f"HTTP {resp.status}: {text}", retry_after
+                    return _kind_of_status(resp.status), f"HTTP {resp.status}: {_excerpt(raw, 300)}", retry_after
         except (asyncio.TimeoutError, TimeoutError):
             return "timeout", f"no answer within {self.cfg.timeout_s:g}s", None
         except aiohttp.ClientError as err:
@@ -98,10 +105,10 @@ class ChatClient:
         try:
             data = json.loads(raw)
             if not isinstance(data, dict) or not data.get("choices"):
-                return "malformed", f"no choices in response: {raw[:200]!r}", None
+                return "malformed", f"no choices in response: {_excerpt(raw, 200)!r}", None
             return "ok", data, None
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return "malformed", f"not JSON: {raw[:200]!r}", None
+            return "malformed", f"not JSON: {_excerpt(raw, 200)!r}", None
 
     def _parse(self, data: dict, url: str) -> Answer:
         try:
@@ -118,8 +125,13 @@ class ChatClient:
         if not isinstance(text, str):
             raise ValueError("message content is not text")
         text, reasoning = split_reasoning(text, reasoning)
+        # The answer goes into the training data: a key echoed in it goes no further.
+        text = secrets.mask(text)
+        reasoning = secrets.mask(reasoning) if isinstance(reasoning, str) else reasoning
+        served = data.get("model")
         return Answer(text=text, reasoning=reasoning, finish_reason=finish, prompt_tokens=prompt_tokens,
-                      completion_tokens=completion_tokens, served_model=data.get("model"), endpoint=url)
+                      completion_tokens=completion_tokens, endpoint=url,
+                      served_model=secrets.mask(served) if isinstance(served, str) else served)
 
     async def chat(self, body: dict) -> Answer:
         payload = json.dumps(body, ensure_ascii=False).encode()

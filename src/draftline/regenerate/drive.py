@@ -19,31 +19,42 @@ from .jobs import Job, empty_turn, error_row, make_jobs, make_row, settings_of
 from .store import ShardStore
 
 
-def next_turns(prompts: list[list[dict]], convs: list[list[dict]], cursor: list[int]) -> list[int]:
+def next_turns(prompts: list[list[dict]], convs: list[list[dict]], cursor: list[int], over=None,
+               cut: dict | None = None) -> list[int]:
     """Move system turns and the next user turn of each prompt into its conversation;
-    the indices of conversations that now wait for an answer."""
+    the indices of conversations that now wait for an answer.
+
+    over(conv) -> its length when it leaves no room for an answer, else None: a later turn
+    it rejects ends that conversation before the turn, and cut[i] = (turn, length)."""
     active = []
     for i, msgs in enumerate(prompts):
-        j = cursor[i]
+        j, start = cursor[i], len(convs[i])
         while j < len(msgs) and msgs[j]["role"] != "user":
             convs[i].append(msgs[j])
             j += 1
         if j < len(msgs):
             convs[i].append(msgs[j])
             j += 1
-            active.append(i)
+            # The first turn was measured before batching; later ones hold the target's answers.
+            if over is not None and start and (n := over(convs[i])) is not None:
+                del convs[i][start:]
+                cut[i] = (sum(m["role"] == "user" for m in msgs[:j]), n)
+                j = len(msgs)
+            else:
+                active.append(i)
         cursor[i] = j
     return active
 
 
-def converse(backend, prompts: list[list[dict]], seeds: list[int]) -> list[tuple[list[dict], list[Answer]]]:
+def converse(backend, prompts: list[list[dict]], seeds: list[int], over=None,
+             cut: dict | None = None) -> list[tuple[list[dict], list[Answer]]]:
     """Answer a batch of conversations one user turn at a time, feeding back the target's
     own previous answers: the history the target sees at inference, not someone else's.
-    seeds: one per prompt, the same for each of its turns."""
+    seeds: one per prompt, the same for each of its turns. over, cut: as in next_turns."""
     convs: list[list[dict]] = [[] for _ in prompts]
     answers: list[list[Answer]] = [[] for _ in prompts]
     cursor = [0] * len(prompts)
-    while active := next_turns(prompts, convs, cursor):
+    while active := next_turns(prompts, convs, cursor, over, cut):
         got = backend.generate([convs[i] for i in active], [seeds[i] for i in active])
         for i, a in zip(active, got):
             convs[i].append({"role": "assistant", "content": a.text})
@@ -61,6 +72,7 @@ class Writer:
     flush_s: float
     pb: object
     in_flight: object = None  # callable -> int, for the progress bar
+    limit: object = None  # a context.PromptLimit: later turns measured as they are asked
     errors: list[dict] = field(default_factory=list)
     tokens: int = 0
     rows: int = 0
@@ -82,6 +94,17 @@ class Writer:
         self.errors.append(err)
         self.pb.update(1)
         self._postfix()
+
+    def over(self, conv: list[dict]) -> int | None:
+        return self.limit.over(conv) if self.limit is not None else None
+
+    def too_long(self, job: Job, turn: int, tokens: int) -> bool:
+        """A later turn outgrew the context (the limit names and lists the row); False when
+        the row is dropped, True when it is kept, ended before that turn."""
+        if self.limit.later(job, turn, tokens)["action"] != "dropped":
+            return True
+        self.pb.update(1)
+        return False
 
     def _postfix(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -106,13 +129,30 @@ class Writer:
         self._last_flush = time.monotonic()
 
 
+def token_batches(jobs: list[Job], batch_size: int, batch_tokens: int | None = None) -> list[list[Job]]:
+    """Consecutive jobs in batches of at most batch_size rows and batch_tokens tokens, counted
+    as rows x the widest row's `Job.tokens` (what padding makes of them); a row wider than
+    batch_tokens runs alone. Unmeasured jobs count no tokens."""
+    batches: list[list[Job]] = []
+    part: list[Job] = []
+    width = 0
+    for j in jobs:
+        w = max(width, j.tokens or 0)
+        if part and (len(part) == batch_size or (batch_tokens is not None and (len(part) + 1) * w > batch_tokens)):
+            batches.append(part)
+            part, w = [], j.tokens or 0
+        part.append(j)
+        width = w
+    return batches + [part] if part else batches
+
+
 class HFDriver:
     """In-process transformers generation, batched by prompt length."""
 
     model = None
 
-    def __init__(self, backend, batch_size: int):
-        self.backend, self.batch_size = backend, batch_size
+    def __init__(self, backend, batch_size: int, batch_tokens: int | None = None):
+        self.backend, self.batch_size, self.batch_tokens = backend, batch_size, batch_tokens
 
     def __enter__(self):
         return self
@@ -127,12 +167,13 @@ class HFDriver:
         todo = sorted(todo, key=lambda j: (sum(m["role"] == "user" for m in j.row["messages"]),
                                            sum(len(m["content"]) for m in j.row["messages"])))
         calls = 0
-        for b in range(0, len(todo), self.batch_size):
-            part = todo[b : b + self.batch_size]
-            for job, (conv, answers) in zip(part, converse(self.backend, [j.row["messages"] for j in part],
-                                                           [j.seed for j in part])):
+        for part in token_batches(todo, self.batch_size, self.batch_tokens):
+            cut: dict = {}
+            for k, (job, (conv, answers)) in enumerate(zip(part, converse(
+                    self.backend, [j.row["messages"] for j in part], [j.seed for j in part], w.over, cut))):
                 calls += len(answers)
-                w.add(make_row(job, conv, answers, settings))
+                if k not in cut or w.too_long(job, *cut[k]):
+                    w.add(make_row(job, conv, answers, settings))
             w.refresh()
         return {"requests": calls}
 
@@ -142,23 +183,29 @@ class Outcome:
     rows: list[dict]  # every finished row, in prompt order
     errors: list[dict]
     stats: dict
+    long: list[dict] = field(default_factory=list)  # rows over the context, dropped or cut (context.LONG_SCHEMA)
 
 
 def regenerate(rows: list[dict], driver, params: RegenerateParams, target_fp: str, work: Path,
-               finished: list[Path] = ()) -> Outcome:
+               finished: list[Path] = (), limit=None) -> Outcome:
+    """limit: a context.PromptLimit; every prompt is measured (and dropped or cut) before
+    any batch, and later turns as they are asked. None: nothing is measured."""
     with driver:
         settings = settings_of(params, driver.model)
-        jobs = make_jobs(rows, params, settings, target_fp)
+        every = make_jobs(rows, params, settings, target_fp)
+        jobs = limit.check(every) if limit is not None else every
         store = ShardStore(work)
         done = store.load({j.key for j in jobs}, list(finished))
         resumed = len(done)
         pb = bar(len(jobs), "regenerate", unit="row")
         pb.update(resumed)
         w = Writer(store, done, params.shard_rows, params.flush_s, pb,
-                   in_flight=getattr(driver, "in_flight", None))
+                   in_flight=getattr(driver, "in_flight", None), limit=limit)
         todo = []
         for j in jobs:
             if j.key in done:
+                if limit is not None:
+                    limit.resumed(j, done[j.key])
                 continue
             if (t := empty_turn(j.row["messages"])) is not None:
                 w.fail(error_row(j, "empty_prompt", f"user turn {t} has no text", 0))
@@ -178,4 +225,6 @@ def regenerate(rows: list[dict], driver, params: RegenerateParams, target_fp: st
              "tokens_per_second": round(w.tokens / elapsed, 2) if elapsed > 0 and w.rows else None,
              "rows_per_second": round(w.rows / elapsed, 3) if elapsed > 0 and w.rows else None,
              **driver_stats}
-    return Outcome(out, w.errors, stats)
+    order = {j.key: i for i, j in enumerate(every)}
+    long = sorted(limit.events, key=lambda e: order[e["key"]]) if limit is not None else []
+    return Outcome(out, w.errors, stats, long)

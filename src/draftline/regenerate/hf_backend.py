@@ -7,6 +7,7 @@ from transformers import LogitsProcessorList
 
 from ..config import RegenerateParams
 from .answer import Answer, split_reasoning
+from .context import chat_ids
 from .kv_cache import growing_cache
 from .sampler import NucleusSampler
 
@@ -23,15 +24,8 @@ class HFBackend:
         self.served_model = "hf:" + str(getattr(model.config, "_name_or_path", "") or "local")
 
     def _encode(self, conversations: list[list[dict]]) -> list[list[int]]:
-        out = []
-        for conv in conversations:
-            # Template variables (thinking on/off) reach the template as they would on a server.
-            ids = self.tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=True,
-                                               **self.params.template_kwargs())
-            if isinstance(ids, dict) or hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            out.append(list(ids))
-        return out
+        # Template variables (thinking on/off) reach the template as they would on a server.
+        return [chat_ids(self.tok, conv, self.params.template_kwargs()) for conv in conversations]
 
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], seed: int | list[int]) -> list[Answer]:

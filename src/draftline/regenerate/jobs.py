@@ -15,6 +15,9 @@ class Job:
     key: str
     row: dict
     sample: int
+    # Tokens of its widest generate call (its prompt at its last turn plus max_new_tokens
+    # per turn), measured before batching; None when not measured.
+    tokens: int | None = None
 
     @property
     def seed(self) -> int:

@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+from .. import secrets
 from ..config import RegenerateParams
 from .client import ChatClient, EndpointError, RowFailure
 from .drive import Writer, next_turns
@@ -26,6 +27,7 @@ class OpenAIDriver:
         self.key = None
         if self.cfg.api_key_env:
             self.key = os.environ.get(self.cfg.api_key_env)
+            secrets.register(self.key)  # masked in every reason, metric, log and message from here on
             if not self.key:
                 raise EndpointError(
                     f"regenerate.openai.api_key_env: environment variable {self.cfg.api_key_env} is not set")
@@ -62,12 +64,13 @@ class OpenAIDriver:
         if want is None:
             ids = {m for s in listed.values() for m in s}
             if len(ids) != 1 or len(listed) != len(served):
-                raise EndpointError(f"regenerate.openai.model is not set and the endpoints do not list exactly "
-                                    f"one model ({ {u: s for u, s in listed.items()} }); set it")
+                raise EndpointError(secrets.mask(f"regenerate.openai.model is not set and the endpoints do not list "
+                                                 f"exactly one model ({ {u: s for u, s in listed.items()} }); set it"))
             return ids.pop()
         for url, s in listed.items():
             if want not in s:
-                raise EndpointError(f"regenerate.openai.model: '{want}' is not served by {url} (it serves {s})")
+                raise EndpointError(secrets.mask(f"regenerate.openai.model: '{want}' is not served by {url} "
+                                                 f"(it serves {s})"))
         return want
 
     # -- the run ----------------------------------------------------------------------
@@ -84,13 +87,14 @@ class OpenAIDriver:
         body.update(self.cfg.extra_body)
         return body
 
-    async def _converse(self, client: ChatClient, job: Job):
-        prompts, convs, cursor, answers = [job.row["messages"]], [[]], [0], []
-        while next_turns(prompts, convs, cursor):
+    async def _converse(self, client: ChatClient, job: Job, over=None):
+        """The conversation, its answers and (turn, length) of a later turn that outgrew the context."""
+        prompts, convs, cursor, answers, cut = [job.row["messages"]], [[]], [0], [], {}
+        while next_turns(prompts, convs, cursor, over, cut):
             a = await client.chat(self._body(convs[0], (job.seed + len(answers)) & 0x7FFFFFFF))
             convs[0].append({"role": "assistant", "content": a.text})
             answers.append(a)
-        return convs[0], answers
+        return convs[0], answers, cut.get(0)
 
     async def _watch_servers(self) -> None:
         while self.servers is not None:
@@ -105,11 +109,12 @@ class OpenAIDriver:
         async def worker(client: ChatClient) -> None:
             for job in jobs:  # shared iterator: each job is taken by exactly one worker
                 try:
-                    conv, answers = await self._converse(client, job)
+                    conv, answers, cut = await self._converse(client, job, w.over)
                 except RowFailure as f:
                     w.fail(error_row(job, f.kind, f.reason, f.attempts))
                     continue
-                w.add(make_row(job, conv, answers, settings))
+                if cut is None or w.too_long(job, *cut):
+                    w.add(make_row(job, conv, answers, settings))
 
         async with ChatClient(self.cfg, self.pool, self.key) as client:
             tasks = [asyncio.create_task(worker(client)) for _ in range(min(self.pool.capacity, len(todo)))]

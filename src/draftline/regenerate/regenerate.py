@@ -16,16 +16,19 @@ from pathlib import Path
 
 import click
 
+from .. import secrets
 from ..command import path_option, run_stage
 from ..devices import compute_device
 from ..io import read_parquet, write_json, write_parquet
 from ..precision import batch_dtype
-from ..target.load import load_model, load_tokenizer
+from ..target.load import TargetError, load_config, load_model, load_tokenizer
+from .context import PromptLimit, target_context, write_long
 from .drive import HFDriver, regenerate
 from .store import ShardStore, target_fingerprint
 
 # The stage's output folder holds these files (tokenize reads the first).
 ANSWERS, DROPPED, ERRORS = "answers.parquet", "dropped.parquet", "errors.parquet"
+LONG = "long_prompts.parquet"  # rows over the target's context, dropped or cut
 ERROR_SCHEMA = ["key", "id", "source", "sample", "kind", "reason", "attempts"]
 
 
@@ -41,7 +44,28 @@ def _driver(params, model_dir: Path, logs: Path, device, device_map):
     tok = load_tokenizer(model_dir)
     eos = model.generation_config.eos_token_id
     eos_ids = sorted({*(eos if isinstance(eos, list) else [eos]), tok.eos_token_id} - {None})
-    return HFDriver(HFBackend(model, tok, p, eos_ids), p.batch_size)
+    return HFDriver(HFBackend(model, tok, p, eos_ids), p.batch_size, p.batch_tokens)
+
+
+def _limit(p, model_dir: Path) -> PromptLimit | None:
+    """Prompts measured against the target's context, from its config and tokenizer in the
+    target folder (for servers too: they serve the same model). Unknown: in process prompts
+    are still measured for batching; for servers they are not, and a server refuses one too
+    long (a final http_4xx in the errors file)."""
+    try:
+        tok = load_tokenizer(model_dir)
+        context = p.max_context or target_context(load_config(model_dir), tok)
+    except (OSError, ValueError, TargetError):
+        if p.backend == "hf" or p.max_context is not None:
+            raise
+        tok, context = None, None  # a folder that only fingerprints what the servers serve
+    if context is None:
+        print(f"regenerate: the target's context is unknown (no max_position_embeddings in its config, no "
+              f"model_max_length in its tokenizer, in {model_dir}), so prompts are not checked against it; "
+              f"set regenerate.max_context")
+        if p.backend == "openai":
+            return None
+    return PromptLimit(tok, context, p)
 
 
 def _hf_dtype(params, device) -> str:
@@ -52,8 +76,21 @@ def _write_errors(path: Path, errors: list[dict]) -> None:
     import pyarrow as pa
 
     cols = {c: [e[c] for e in errors] for c in ERROR_SCHEMA}
+    # Reasons quote server bodies, which may echo the request's key; this file is cached and pushed.
+    cols["reason"] = [secrets.mask(r) for r in cols["reason"]]
     types = [pa.string()] * 3 + [pa.int64(), pa.string(), pa.string(), pa.int64()]
     write_parquet(path, pa.table({c: pa.array(v, t) for (c, v), t in zip(cols.items(), types)}))
+
+
+def _masked(value):
+    """Every string in a metrics tree masked: some come from the servers (the model they serve)."""
+    if isinstance(value, str):
+        return secrets.mask(value)
+    if isinstance(value, dict):
+        return {_masked(k): _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
 
 
 def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Path, metrics_file: Path,
@@ -64,8 +101,9 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
     rows = read_parquet(prompts)
     total = len(rows) * p.samples_per_prompt
     target_fp = target_fingerprint(model, None if p.backend == "openai" else _hf_dtype(params, device))
+    limit = _limit(p, model)
     out = regenerate(rows, _driver(params, model, logs, device, device_map), p, target_fp, work,
-                     finished=[answers_file, dropped_file])
+                     finished=[answers_file, dropped_file], limit=limit)
     answers, errors = out.rows, out.errors
     truncated = [a for a in answers if "length" in a["finish_reason"]]
     kept = [a for a in answers if not (p.drop_truncated and "length" in a["finish_reason"])]
@@ -84,13 +122,20 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
         "truncation_rate": round(finishes.count("length") / max(len(finishes), 1), 4),
         "with_reasoning": sum(1 for a in answers if any(a["reasoning"])),
         "errors": len(errors), "error_rate": round(error_rate, 4), "errors_by_kind": dict(sorted(by_kind.items())),
+        "context": limit.context if limit is not None else None,
+        "long_prompts_dropped": sum(e["action"] == "dropped" for e in out.long),
+        "long_prompts_cut": sum(e["action"] == "cut" for e in out.long),
         **out.stats,
         "endpoints": {str(i): v for i, v in enumerate(endpoints.values())},
     }
     _write_errors(errors_file, errors)
-    write_json(metrics_file, metrics)
+    write_long(out_dir / LONG, out.long)
+    if out.long:
+        print(f"regenerate: {len(out.long)} rows over the target's context ({metrics['long_prompts_dropped']} "
+              f"dropped, {metrics['long_prompts_cut']} cut: regenerate.long_prompts), listed in {out_dir / LONG}")
+    write_json(metrics_file, _masked(metrics))
     for i, url in enumerate(endpoints):
-        print(f"regenerate: endpoint {i} {url}: {endpoints[url]}")
+        print(secrets.mask(f"regenerate: endpoint {i} {url}: {endpoints[url]}"))
     if error_rate > p.max_error_rate:
         raise RuntimeError(
             f"regenerate: {len(errors)} of {total} rows failed ({error_rate:.1%}), above regenerate.max_error_rate "
@@ -107,10 +152,12 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
 
 
 @click.command("regenerate")
-@path_option("--model", "target_model", "Reads: the target (in-process backend: its weights; servers: its hash).")
+@path_option("--model", "target_model", "Reads: the target (its context and tokenizer; in process its weights, "
+                                       "for servers its hash).")
 @path_option("--prompts", "mix_train", "Reads: the mixed training prompts.")
 @path_option("--out", "regen", f"Writes: a folder with {ANSWERS} (every conversation with the target's answers), "
-                               f"{ERRORS} (rows that failed, with reasons) and {DROPPED} (with drop_truncated).")
+                               f"{ERRORS} (rows that failed, with reasons), {LONG} (rows over the target's "
+                               f"context, dropped or cut) and {DROPPED} (with drop_truncated).")
 @path_option("--work", "regen_work", "Resume shards of finished rows (kept outside --out, removed when done).")
 @path_option("--logs", "regen_logs", "Launched servers' output, secrets masked (not an artifact).")
 @path_option("--metrics", "regenerate_metrics", "Writes: rows, tokens, truncation, errors by kind, throughput.")

@@ -3,8 +3,8 @@
 Each command runs in its own process group (so stopping it stops vLLM's or SGLang's
 worker processes too) and, on Linux, is told to get SIGTERM if the stage dies, even by
 SIGKILL, so no GPU server outlives the run that started it. Its output goes to a log
-file with every secret the command took from the environment masked: servers echo
-their arguments, API keys included.
+file with every secret the process knows masked (draftline/secrets.py), the values the
+command took from the environment included: servers echo their arguments, API keys too.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import threading
 from collections import deque
 from pathlib import Path
 
+from .. import secrets
+
 _VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
@@ -30,23 +32,22 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-def expand(command: str) -> tuple[list[str], list[str]]:
-    """argv with ${VAR} taken from the environment, and the values used (to mask in logs)."""
-    used = []
+def expand(command: str) -> list[str]:
+    """argv with ${VAR} taken from the environment; each value used becomes a secret."""
 
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(2)
         if name not in os.environ:
             raise ValueError(f"regenerate.openai.launch: environment variable {name} is not set")
-        used.append(os.environ[name])
+        secrets.register(os.environ[name])
         return os.environ[name]
 
-    return shlex.split(_VAR.sub(sub, command)), [v for v in used if v]
+    return shlex.split(_VAR.sub(sub, command))
 
 
 class _Proc:
     def __init__(self, command: str, log: Path):
-        argv, self.secrets = expand(command)
+        argv = expand(command)
         self.command = command  # unexpanded: safe to print
         self.tail: deque[str] = deque(maxlen=20)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -63,9 +64,7 @@ class _Proc:
 
     def _copy(self) -> None:
         for raw in self.p.stdout:
-            line = raw.decode("utf-8", "replace")
-            for s in self.secrets:
-                line = line.replace(s, "***")
+            line = secrets.mask(raw.decode("utf-8", "replace"))
             self.tail.append(line.rstrip())
             self.log.write(line)
             self.log.flush()

@@ -20,7 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..io import write_parquet
+from ..io import set_aside, write_parquet
+
+DAMAGED = "damaged"  # unreadable resume sources, set aside inside the work folder
 
 
 def row_key(messages: list[dict], sample: int, settings: dict, target_fp: str) -> str:
@@ -59,7 +61,13 @@ class ShardStore:
         for f in [*finished, *self.shards()]:
             if not f.exists():
                 continue
-            table = pq.read_table(f)
+            try:
+                table = pq.read_table(f)
+            except (pa.ArrowException, OSError) as err:
+                # A damaged resume source (a truncated persisted output, a bad disk) would
+                # otherwise fail every rerun: its rows are simply answered again.
+                set_aside(f, self.folder / DAMAGED, str(err).splitlines()[0])
+                continue
             if "key" not in table.column_names:
                 continue
             for row in table.filter(pc.is_in(table["key"], value_set=keys)).to_pylist():

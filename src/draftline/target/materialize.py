@@ -86,6 +86,27 @@ def _resolve_hub(source: str, revision: str | None) -> tuple[Path, str]:
     return path, path.name  # snapshot folders are named by the resolved commit
 
 
+def source_config(target: TargetParams):
+    """The target's config, read cheaply (the GGUF's header, config.json, or the hub's
+    config file alone) so that params depending on it are checked before the conversion
+    or copy."""
+    from transformers import AutoConfig
+
+    if target.source == "embedded":
+        gguf = embedded_gguf()
+        return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    local = Path(target.source)
+    if local.exists():
+        if not (local / "config.json").exists():
+            raise TargetError(f"target.source: {local} has no config.json")
+        return AutoConfig.from_pretrained(local)
+    try:
+        return AutoConfig.from_pretrained(target.source, revision=target.revision)
+    except Exception as err:  # network, auth, unknown id: all stop here with the id named
+        raise TargetError(f"target.source: cannot fetch the config of '{target.source}' "
+                          f"(revision {target.revision}): {err}") from None
+
+
 def materialize(target: TargetParams, out_model: Path) -> dict:
     """Write the model folder; return provenance for the info file."""
     with atomic_path(out_model) as tmp:

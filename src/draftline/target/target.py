@@ -10,14 +10,23 @@ from pathlib import Path
 import click
 
 from ..command import path_option, run_stage
-from .info import describe, write_info
-from .materialize import materialize
+from ..io import remove
+from .info import choose_layers, describe, write_info
+from .materialize import materialize, source_config
 
 
 def run(params, model: Path, info_file: Path) -> None:
+    # Params that depend on the target are checked against its config first, before the
+    # conversion or copy spends minutes (or downloads gigabytes) for nothing.
+    choose_layers(params.drafter, int(source_config(params.target).num_hidden_layers))
     prov = materialize(params.target, model)
-    info = describe(model, params.target, params.drafter, prov)
-    write_info(info_file, info)
+    try:
+        info = describe(model, params.target, params.drafter, prov)
+        write_info(info_file, info)
+    except BaseException:
+        # Both outputs or neither: a model folder without its info is a half-run stage.
+        remove(model)
+        raise
     print(f"target: {info['architecture']} with {info['num_hidden_layers']} layers, hidden {info['hidden_size']}, "
           f"drafter reads layers {info['target_layer_ids']}")
 
