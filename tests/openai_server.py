@@ -3,8 +3,12 @@
 Test-only: it stands in for vLLM/SGLang/llama.cpp, which do not run here. `fail_first`
 makes the first N requests answer HTTP 500, to exercise retries; `think` makes it answer
 the way a reasoning target does through vLLM: "field" puts reasoning in
-`reasoning_content` (a reasoning parser), "tags" inlines it in <think> tags (no parser).
-`EchoServer` has no model: it echoes the request's key back, to test what gets stored.
+`reasoning_content` (a reasoning parser), "tags" inlines it in <think> tags (no parser),
+"cut" answers a trace cut by max_tokens inside <think> (finish_reason length), "open_cut"
+the same without the opening tag (a generation prompt that opened it). Asked with
+`return_token_ids` (vLLM's field) and no `think`, it returns the generated ids on the
+choice as `token_ids`, as vLLM does. `EchoServer` has no model: it echoes the request's
+key back, to test what gets stored.
 """
 
 from __future__ import annotations
@@ -82,12 +86,18 @@ class ChatServer(_Loopback):
                     self.wfile.write(b'{"error": "injected"}')
                     return
                 msg = {"role": "assistant", "content": a.text}
+                finish = a.finish_reason
                 if server.think == "field":
                     msg["reasoning_content"] = "Reasoning: " + a.text
                 elif server.think == "tags":
                     msg["content"] = f"<think>\nReasoning: {a.text}\n</think>\n\n{a.text}"
-                self._send({"model": server.served_name, "choices": [{"index": 0, "finish_reason": a.finish_reason,
-                            "message": msg}],
+                elif server.think in ("cut", "open_cut"):
+                    msg["content"] = ("<think>\n" if server.think == "cut" else "") + f"Reasoning: {a.text}"
+                    finish = "length"
+                choice = {"index": 0, "finish_reason": finish, "message": msg}
+                if body.get("return_token_ids") and server.think is None:
+                    choice["token_ids"] = a.token_ids
+                self._send({"model": server.served_name, "choices": [choice],
                             "usage": {"prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens}})
 
         self._serve(Handler)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -254,15 +254,13 @@ class RegenerateParams(Section):
     # Answers per prompt; each is its own row (sample index in the key). More samples of
     # the same prompts is a cheap way to more training tokens; needs temperature > 0.
     samples_per_prompt: PositiveInt = 1
-    # Thinking mode of a reasoning target: passed as chat_template_kwargs
-    # {<thinking_kwarg>: true/false}; "default" sends nothing and lets the template decide.
-    thinking: Literal["default", "on", "off"] = "default"
-    # Template variable that switches thinking: Qwen3 `enable_thinking`, Kimi K2.5 `thinking`.
-    thinking_kwarg: str = "enable_thinking"
-    # Any other chat-template variables, sent as chat_template_kwargs.
-    chat_template_kwargs: dict[str, Any] = {}
-    # Rows whose answer hit max_new_tokens are kept (and counted); true drops them.
+    # Rows whose answer hit max_new_tokens are kept (and counted); true drops them. A
+    # thinking trace cut before its end marker is kept as reasoning with an empty answer.
     drop_truncated: bool = False
+    # openai backend: ask for the generated token ids (vLLM `return_token_ids`) and store
+    # them, so tokenize supervises exactly what the target emitted; servers that ignore the
+    # field answer as before (tokenize then falls back to rendering the text).
+    token_ids: bool = True
     # The stage fails when more than this share of rows still fail after retries.
     max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
     # hf backend: prompts per generate() call.
@@ -295,11 +293,6 @@ class RegenerateParams(Section):
             raise ValueError("samples_per_prompt > 1 needs temperature > 0 (greedy samples are identical)")
         return self
 
-    def template_kwargs(self) -> dict[str, Any]:
-        kw = dict(self.chat_template_kwargs)
-        if self.thinking != "default":
-            kw[self.thinking_kwarg] = self.thinking == "on"
-        return kw
 
 
 class CopyTurnParams(Section):
@@ -311,8 +304,40 @@ class CopyTurnParams(Section):
         default_factory=lambda: list(COPY_REQUESTS), min_length=1)
 
 
+class ChatParams(Section):
+    """How the target's chat template is called: the same by regenerate (the requests),
+    tokenize (the training text) and benchmark (the prompts), so the three render alike."""
+
+    # Thinking mode of a reasoning target: passed as template kwargs
+    # {<thinking_kwarg>: true/false}; "default" passes nothing and lets the template decide.
+    thinking: Literal["default", "on", "off"] = "default"
+    # Template variable that switches thinking: Qwen3.x `enable_thinking`, Kimi K2.x `thinking`.
+    thinking_kwarg: str = "enable_thinking"
+    # Any other template variables (e.g. `preserve_thinking: true`), passed as they are.
+    chat_template_kwargs: dict[str, Any] = {}
+
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v: object) -> object:
+        # YAML 1.1 reads a bare `on` / `off` as a boolean: take it as meant.
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+    def template_kwargs(self) -> dict[str, Any]:
+        kw = dict(self.chat_template_kwargs)
+        if self.thinking != "default":
+            kw[self.thinking_kwarg] = self.thinking == "on"
+        return kw
+
+
 class TokenizeParams(Section):
     max_length: Annotated[int, Field(ge=16)] = 1024
+    # keep: each assistant turn is trained as the target emitted it, reasoning markers,
+    # reasoning and answer; drop: the answer only, as the template renders a turn without
+    # reasoning (non-thinking runs).
+    reasoning: Literal["keep", "drop"] = "keep"
+    # Rows whose assistant text the template does not render verbatim are counted, named in
+    # the metrics and skipped; the stage fails when their share is above this.
+    max_unrendered: Annotated[float, Field(ge=0, le=1)] = 0.01
     copy_turns: CopyTurnParams = CopyTurnParams()
 
 
@@ -420,6 +445,7 @@ class Params(Section):
     drafter: DrafterParams = DrafterParams()
     download: DownloadParams
     mix: MixParams
+    chat: ChatParams = ChatParams()
     regenerate: RegenerateParams = RegenerateParams()
     tokenize: TokenizeParams = TokenizeParams()
     extract: ExtractParams = ExtractParams()

@@ -1,10 +1,12 @@
 """Regeneration logic on a loopback server answering with the real target (transformers),
 and resume by content key with the in-process backend."""
 
+import json
+
 import pytest
 from openai_server import ChatServer
 
-from draftline.config import OpenAIParams, RegenerateParams
+from draftline.config import ChatParams, OpenAIParams, RegenerateParams
 from draftline.regenerate.answer import split_reasoning
 from draftline.regenerate.client import EndpointError
 from draftline.regenerate.drive import HFDriver, regenerate
@@ -23,8 +25,9 @@ def _openai(url, regen=None, **kw):
                             openai=OpenAIParams(urls=[url], **kw))
 
 
-def _drive(p, tmp_path, name="w"):
-    return regenerate(ROWS + [MULTI], OpenAIDriver(p, tmp_path / "logs"), p, "fp", tmp_path / name)
+def _drive(p, tmp_path, name="w", chat=None, opened=False, rows=None):
+    return regenerate(rows or ROWS + [MULTI], OpenAIDriver(p, tmp_path / "logs", chat, opened), p, "fp",
+                      tmp_path / name)
 
 
 def test_retries_key_from_env_and_turn_by_turn(tmp_path, target_model, tokenizer, monkeypatch):
@@ -57,19 +60,27 @@ def test_openai_and_hf_backends_agree(tmp_path, target_model, tokenizer):
 @pytest.mark.parametrize("think", ["field", "tags"])
 def test_thinking_kwargs_sent_and_reasoning_kept_apart(tmp_path, target_model, tokenizer, think):
     with ChatServer(target_model, tokenizer, think=think) as srv:
-        p = _openai(srv.url, regen={"thinking": "on", "chat_template_kwargs": {"reasoning_effort": "low"}},
-                    extra_body={"top_k": 20})
-        out = _drive(p, tmp_path)
+        p = _openai(srv.url, extra_body={"top_k": 20})
+        chat = ChatParams(thinking="on", chat_template_kwargs={"reasoning_effort": "low"})
+        out = _drive(p, tmp_path, chat=chat)
     assert all(b["chat_template_kwargs"] == {"reasoning_effort": "low", "enable_thinking": True} and b["top_k"] == 20
                for b in srv.bodies)
     for r in out.rows:
         assert r["reasoning"] == ["Reasoning: " + a["content"] for a in r["messages"] if a["role"] == "assistant"]
         assert "<think>" not in r["completion"] and "Reasoning:" not in r["completion"]
+        # stored messages keep the answer only: the reasoning is in its own column
+        assert all(set(m) == {"role", "content"} for m in r["messages"])
+    # the second turn was asked with the first answer's reasoning in the history, where a
+    # template that keeps earlier reasoning renders it (and one that drops it drops it)
+    m = next(r for r in out.rows if r["id"] == "m")
+    assert srv.bodies[-1]["messages"][1] == {"role": "assistant", "content": m["messages"][1]["content"],
+                                             "reasoning_content": m["reasoning"][0]}
     # thinking is part of the key: the same prompts with thinking off are other rows
-    off = _openai("http://unused", regen={"thinking": "off"})
     from draftline.regenerate.jobs import settings_of
-    assert settings_of(off, "smollm2")["chat_template_kwargs"] == {"enable_thinking": False}
-    assert settings_of(p, "smollm2") != settings_of(off, "smollm2")
+    off = ChatParams(thinking="off")
+    assert settings_of(p, "smollm2", off)["chat_template_kwargs"] == {"enable_thinking": False}
+    assert settings_of(p, "smollm2", chat) != settings_of(p, "smollm2", off)
+    assert out.rows[0]["gen_settings"] == json.dumps(settings_of(p, "smollm2", chat), sort_keys=True)
 
 
 def test_split_reasoning_variants():

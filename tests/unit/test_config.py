@@ -42,7 +42,7 @@ def test_unknown_section_is_named(params):
     ("drafter", "block_size", 1, "drafter.block_size"),
     ("mix", "val_fraction", 1.5, "mix.val_fraction"),
     ("regenerate", "backend", "ollama", "regenerate.backend"),
-    ("regenerate", "thinking", "maybe", "regenerate.thinking"),
+    ("chat", "thinking", "maybe", "chat.thinking"),
     ("regenerate", "max_error_rate", 1.5, "regenerate.max_error_rate"),
     ("mix", "near_dedupe", {"num_perm": 100, "bands": 32}, "mix.near_dedupe"),
     ("mix", "near_dedupe", {"threshold": 0}, "mix.near_dedupe.threshold"),
@@ -120,3 +120,13 @@ def test_presets_validate_and_become_dvc_flags(tmp_path):
     bad.write_text("train: {epochz: 3}\n")
     with pytest.raises(ParamsError, match="unknown key 'train.epochz'"):
         flags(bad, ROOT / "params.yaml")
+
+
+def test_chat_thinking_takes_yaml_on_and_off_as_meant():
+    # `thinking: on` in YAML 1.1 is the boolean true; the switch means "on", not an error.
+    from draftline.config import ChatParams
+
+    assert [ChatParams.model_validate({"thinking": v}).thinking for v in (True, False, "default")] == \
+        ["on", "off", "default"]
+    with pytest.raises(ValueError):
+        ChatParams.model_validate({"thinking": 1})

@@ -36,7 +36,8 @@ def run(params, model_dir: Path, info_file: Path, drafter_dir: Path, eval_file: 
         drafters["untrained"] = build_drafter(drafter.config, bp.seed).to(device).eval()
     prompts = read_parquet(eval_file)
     B = drafter.block_size
-    metrics, rows = run_benchmark(target, tok, drafters, prompts, bp, info.eos_token_ids, B)
+    metrics, rows = run_benchmark(target, tok, drafters, prompts, bp, info.eos_token_ids, B,
+                                  params.chat.template_kwargs())
     metrics["device"] = describe(device)
     write_parquet(results, rows)
     write_json(metrics_file, metrics)
@@ -45,8 +46,15 @@ def run(params, model_dir: Path, info_file: Path, drafter_dir: Path, eval_file: 
         raise BenchmarkFailure(f"benchmark: {metrics['mismatches']} greedy decode(s) differ from the target's "
                                f"greedy output (see {results})")
     write_card(drafter_dir, info_file, metrics_file, card)
-    print(f"benchmark: tau {metrics['tau']:.3f}, speedup {metrics['speedup']:.2f}x over "
+    parts = ""
+    if "reasoning_end" in metrics:
+        parts = f" (reasoning {_fmt(metrics['tau_reasoning'])}, answer {_fmt(metrics['tau_answer'])})"
+    print(f"benchmark: tau {metrics['tau']:.3f}{parts}, speedup {metrics['speedup']:.2f}x over "
           f"{metrics['requests']} requests; model card {card}")
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _plots(metrics: dict, B: int, hist_plot: Path, pos_plot: Path) -> None:
@@ -79,7 +87,7 @@ def _plots(metrics: dict, B: int, hist_plot: Path, pos_plot: Path) -> None:
 def command(settings, model, info, drafter, eval, results, metrics, histogram_plot, position_plot, card):
     """Speculative decoding vs the target alone; the model card.
 
-    Params: `benchmark`. The held-out prompts decoded by the target alone, with the drafter
+    Params: `benchmark`, `chat`. The held-out prompts decoded by the target alone, with the drafter
     and with baselines; any greedy output that differs from the target's fails the stage."""
     run_stage(settings, lambda params: run(params, model, info, drafter, eval, results, metrics, histogram_plot,
                                            position_plot, card, compute_device(settings.device),

@@ -49,6 +49,22 @@ def acceptance_table(metrics: dict) -> list[str]:
     return rows
 
 
+def reasoning_table(metrics: dict) -> list[str]:
+    """For a thinking target: this drafter's tau on the reasoning and on the answer part of
+    the generations, per eval source (greedy). Nothing for a target that does not think."""
+    if "reasoning_end" not in metrics:
+        return []
+    rows = [f"The target thinks before it answers; its reasoning ends at `{metrics['reasoning_end']}`. Each "
+            "verify step counts for the part it started in.", "",
+            "| eval set | tau | reasoning tau (tokens) | answer tau (tokens) |", "| --- | --- | --- | --- |"]
+    for src, e in (metrics.get("greedy") or {}).items():
+        r = e.get("dflash") or {}
+        rows.append(f"| `{src}` | {_fmt(r.get('tau'), '.3f')} | {_fmt(r.get('tau_reasoning'), '.3f')} "
+                    f"({r.get('reasoning_tokens', '-')}) | {_fmt(r.get('tau_answer'), '.3f')} "
+                    f"({r.get('answer_tokens', '-')}) |")
+    return rows + [""]
+
+
 def render(config: dict, info: dict, metrics: dict, drafter_ref: str) -> str:
     dc = config.get("dflash_config", {})
     block = int(dc.get("block_size", config.get("block_size", 0)))
@@ -82,6 +98,7 @@ def render(config: dict, info: dict, metrics: dict, drafter_ref: str) -> str:
         "",
         *acceptance_table(metrics),
         "",
+        *reasoning_table(metrics),
         "## Serving",
         "",
         "vLLM (a DFlash-capable build; the drafter needs an attention backend with non-causal attention):",

@@ -7,6 +7,9 @@ the same process: the target alone, the trained drafter, the baselines (an untra
 drafter of the same architecture, transformers' n-gram prompt lookup) and, greedy only,
 draft trees from the trained drafter's pass (`tree_<budget>`). At temperature 0 every
 method's output must equal the target's greedy output token for token.
+
+For a target whose template has a reasoning end marker (reasoning.py), each method with
+per-step counts also reports tau on the reasoning and on the answer part of its outputs.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ..progress import bar
 from .acceptance import histogram, position_acceptance, tau
 from .chain import plain, speculative
 from .prompt_lookup import prompt_lookup
+from .reasoning import ReasoningSplit, reasoning_split, split_steps
 from .requests import Request, build_requests
 from .skinny import skinny_linears
 from .steps import Decoded
@@ -42,12 +46,23 @@ def _run(method: str, model, target, req: Request, bp: BenchmarkParams, stop_ids
     return speculative(model, target, req.input_ids, bp.max_new_tokens, stop_ids, block_size, temperature, gen)
 
 
-def _summary(decs: list[Decoded], plain_decs: list[Decoded], block_size: int, with_steps: bool) -> dict:
+def _summary(decs: list[Decoded], plain_decs: list[Decoded], block_size: int, with_steps: bool,
+             reasoning: list[int] | None = None) -> dict:
+    """reasoning: each output's count of reasoning tokens, when the target thinks."""
     tpot = [d.decode_seconds / len(d.tokens) for d in decs if len(d.tokens) > 1]
     base = [d.decode_seconds / len(d.tokens) for d in plain_decs if len(d.tokens) > 1]
     acc = [d.acceptance_lengths for d in decs]
-    out = {"tau": tau(acc), "tokens_per_second": 1 / statistics.mean(tpot) if tpot else None,
-           "speedup": statistics.mean(base) / statistics.mean(tpot) if tpot and base else None}
+    out = {"tau": tau(acc)}
+    # Prompt lookup's steps are an even spread (transformers does not report them): no
+    # step starts at a known token, so it has no split.
+    if reasoning is not None and with_steps:
+        parts = [split_steps(d.acceptance_lengths, n) for d, n in zip(decs, reasoning)]
+        out["tau_reasoning"] = _part_tau([r for r, _ in parts])
+        out["tau_answer"] = _part_tau([a for _, a in parts])
+        out["reasoning_tokens"] = sum(reasoning)
+        out["answer_tokens"] = sum(len(d.tokens) for d in decs) - sum(reasoning)
+    out["tokens_per_second"] = 1 / statistics.mean(tpot) if tpot else None
+    out["speedup"] = statistics.mean(base) / statistics.mean(tpot) if tpot and base else None
     if with_steps:
         out["histogram"] = histogram(acc, block_size)
         out["position_acceptance"] = position_acceptance(acc, block_size)
@@ -56,6 +71,12 @@ def _summary(decs: list[Decoded], plain_decs: list[Decoded], block_size: int, wi
         out["nodes_per_step"] = statistics.mean(nodes)
         out["off_chain_steps"] = sum(d.off_chain_steps for d in decs) / len(nodes)
     return out
+
+
+def _part_tau(per_request: list[list[int]]) -> float | None:
+    """tau over the requests with steps in the part; None (JSON null) when none has any,
+    e.g. the reasoning part with thinking off."""
+    return tau(per_request) if any(per_request) else None
 
 
 def report_groups(requests: list[Request]) -> dict:
@@ -74,20 +95,22 @@ def report_groups(requests: list[Request]) -> dict:
 
 
 def run_benchmark(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
-                  block_size: int):
-    """drafters: {"dflash": trained, "untrained": ...}, on the target's device. Returns
-    (metrics, rows). On a CPU every method, the target alone included, runs its linear
-    layers through `skinny_product`, so the speedups compare like with like; on a GPU every
-    method runs them as they are."""
+                  block_size: int, template_kwargs: dict | None = None):
+    """drafters: {"dflash": trained, "untrained": ...}, on the target's device;
+    template_kwargs: `chat.template_kwargs()`. Returns (metrics, rows). On a CPU every
+    method, the target alone included, runs its linear layers through `skinny_product`, so
+    the speedups compare like with like; on a GPU every method runs them as they are."""
+    args = (target, tok, drafters, prompts, bp, stop_ids, block_size, template_kwargs or {})
     if target.device.type != "cpu":
-        return _measure(target, tok, drafters, prompts, bp, stop_ids, block_size)
+        return _measure(*args)
     with skinny_linears(target, *drafters.values()):
-        return _measure(target, tok, drafters, prompts, bp, stop_ids, block_size)
+        return _measure(*args)
 
 
 def _measure(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
-             block_size: int):
-    requests = build_requests(target, tok, prompts, bp, stop_ids)
+             block_size: int, template_kwargs: dict):
+    requests = build_requests(target, tok, prompts, bp, stop_ids, template_kwargs)
+    split: ReasoningSplit | None = reasoning_split(tok, template_kwargs)
     if not requests:
         raise BenchmarkFailure("benchmark: no eval prompts (check the eval sources in download.sources)")
     methods = ["target", "dflash"] + [b for b in bp.baselines if b == "prompt_lookup" or b in drafters]
@@ -110,11 +133,14 @@ def _measure(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkPara
                 d = req.answer
             else:
                 d = _run(m, drafters.get(m, drafters["dflash"]), target, req, bp, stop_ids, T, block_size, gen)
-            results.setdefault((T, m), []).append((req, d))
+            n_reasoning = split.reasoning_tokens(d.tokens) if split else None
+            results.setdefault((T, m), []).append((req, d, n_reasoning))
             row = {"source": req.source, "id": req.id, "turn": req.turn, "temperature": T, "method": m,
                    "prompt_tokens": int(req.input_ids.shape[1]), "tokens": len(d.tokens),
                    "steps": len(d.acceptance_lengths), "seconds": d.decode_seconds,
                    "acceptance": [float(a) for a in d.acceptance_lengths]}
+            if split:  # with the acceptance lengths, enough to redo the split from the rows
+                row["reasoning_tokens"] = n_reasoning
             if T == 0 and m == "target":
                 reference = d.tokens
                 row["text"] = tok.decode(d.tokens, skip_special_tokens=True)
@@ -124,27 +150,34 @@ def _measure(target, tok, drafters: dict, prompts: list[dict], bp: BenchmarkPara
             rows.append(row)
             pb.update(1)
         so_far = results.get((bp.temperatures[0], "dflash"), [])
-        pb.set_postfix(tau=f"{tau([d.acceptance_lengths for _, d in so_far]):.2f}")
+        pb.set_postfix(tau=f"{tau([d.acceptance_lengths for _, d, _ in so_far]):.2f}")
     pb.close()
     groups = report_groups(requests)
     metrics: dict = {"requests": len(requests), "prompts": len({(r.source, r.id) for r in requests}),
                      "block_size": block_size, "max_new_tokens": bp.max_new_tokens, "mismatches": mismatches}
+    if split:
+        metrics["reasoning_end"] = split.end
     for T in bp.temperatures:
         key = "greedy" if T == 0 else f"temperature_{T:g}"
         section = {}
         for src, member in groups.items():
-            pick = lambda m: [d for r, d in results.get((T, m), []) if member(r)]  # noqa: E731
-            base = pick("target")
+            picked = lambda m: [(d, n) for r, d, n in results.get((T, m), []) if member(r)]  # noqa: E731
+            base = [d for d, _ in picked("target")]
             entry = {"requests": len(base),
                      "target_tokens_per_second": _summary(base, base, block_size, False)["tokens_per_second"]}
             for m in methods[1:]:
                 if (T, m) in results:
-                    entry[m] = _summary(pick(m), base, block_size, m != "prompt_lookup")
+                    decs = picked(m)
+                    entry[m] = _summary([d for d, _ in decs], base, block_size, m != "prompt_lookup",
+                                        [n for _, n in decs] if split else None)
             section[src] = entry
         metrics[key] = section
     head = metrics["greedy" if 0.0 in bp.temperatures else key]["all"]["dflash"]
     metrics["tau"] = head["tau"]
     metrics["speedup"] = head["speedup"]
+    if split:
+        metrics["tau_reasoning"] = head["tau_reasoning"]
+        metrics["tau_answer"] = head["tau_answer"]
     for m in trees:
         metrics[f"tau_{m}"] = metrics["greedy"]["all"][m]["tau"]
     return metrics, rows

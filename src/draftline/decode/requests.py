@@ -1,6 +1,7 @@
 """The benchmark's requests: the first `prompts_per_source` held-out prompts of every eval
 source, each user turn of a multi-turn prompt a request of its own; a later turn follows
-the target's own greedy answer to the earlier ones."""
+the target's own greedy answer to the earlier ones. Prompts are rendered with the `chat`
+template kwargs, so the benchmark decodes with the thinking setting regeneration used."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from ..config import BenchmarkParams
 from ..prompts.heldout import eval_order
 from .chain import plain
+from .reasoning import reasoning_split
 from .steps import Decoded
 
 
@@ -45,9 +47,9 @@ def first_turn(messages: list[dict]) -> list[dict]:
     return out
 
 
-def encode_prompt(tok, messages: list[dict]) -> torch.Tensor:
+def encode_prompt(tok, messages: list[dict], template_kwargs: dict | None = None) -> torch.Tensor:
     enc = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
-                                  return_tensors="pt")
+                                  return_tensors="pt", **(template_kwargs or {}))
     return enc["input_ids"]
 
 
@@ -58,8 +60,12 @@ def user_turns(messages: list[dict]) -> list[list[dict]]:
     return [system + users[: i + 1] for i in range(len(users))]
 
 
-def build_requests(target, tok, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int]) -> list[Request]:
-    """Every turn of every chosen prompt; turn n's history holds the target's greedy answers."""
+def build_requests(target, tok, prompts: list[dict], bp: BenchmarkParams, stop_ids: list[int],
+                   template_kwargs: dict | None = None) -> list[Request]:
+    """Every turn of every chosen prompt; turn n's history holds the target's greedy answers,
+    their reasoning (if any) as `reasoning_content`, as a chat client sends them back."""
+    template_kwargs = template_kwargs or {}
+    split = reasoning_split(tok, template_kwargs)
     out = []
     warm = False
     for p in select_prompts(prompts, bp.prompts_per_source):
@@ -67,7 +73,7 @@ def build_requests(target, tok, prompts: list[dict], bp: BenchmarkParams, stop_i
         turns = user_turns(p["messages"])[: bp.max_turns]
         for t, prefix in enumerate(turns):
             msgs = history + [prefix[-1]] if t else prefix
-            ids = encode_prompt(tok, msgs).to(target.device)
+            ids = encode_prompt(tok, msgs, template_kwargs).to(target.device)
             req = Request(p["source"], p["id"], t + 1, msgs, ids)
             out.append(req)
             if t + 1 < len(turns):
@@ -75,6 +81,7 @@ def build_requests(target, tok, prompts: list[dict], bp: BenchmarkParams, stop_i
                     plain(target, ids, 8, stop_ids)
                     warm = True
                 req.answer = plain(target, ids, bp.max_new_tokens, stop_ids)
-                history = msgs + [{"role": "assistant",
-                                   "content": tok.decode(req.answer.tokens, skip_special_tokens=True)}]
+                answer = tok.decode(req.answer.tokens, skip_special_tokens=True)
+                history = msgs + [split.history(req.answer.tokens) if split else
+                                  {"role": "assistant", "content": answer}]
     return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+_OPEN, _CLOSE = "<think>", "</think>"
 _THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
-_CLOSE = "</think>"
 
 
 @dataclass
@@ -18,15 +18,34 @@ class Answer:
     completion_tokens: int
     served_model: str | None = None
     endpoint: str | None = None
+    # The ids the target generated for this turn (after the generation prompt, its stop
+    # token included when it emitted one); None when the backend does not say.
+    token_ids: list[int] | None = None
+
+    def history(self) -> dict:
+        """The assistant message sent back before a later user turn: the answer as content,
+        its reasoning as `reasoning_content` (templates that drop earlier reasoning drop it,
+        ones asked to preserve it render it), so the history is what tokenize renders."""
+        msg = {"role": "assistant", "content": self.text}
+        if self.reasoning:
+            msg["reasoning_content"] = self.reasoning
+        return msg
 
 
-def split_reasoning(text: str, reasoning: str | None = None) -> tuple[str, str | None]:
+def opens_reasoning(prompt: str) -> bool:
+    """Whether a rendered generation prompt leaves a reasoning block open (Qwen3.6 thinking
+    ends it with `<think>\\n`): the target's first token is then already reasoning."""
+    return prompt.rstrip().endswith(_OPEN)
+
+
+def split_reasoning(text: str, reasoning: str | None = None, opened: bool = False) -> tuple[str, str | None]:
     """Keep reasoning apart from the answer.
 
     A server's reasoning field wins (vLLM/SGLang with a reasoning parser). Without a parser
     the text carries it: a leading <think>...</think> block, or, for templates that put
-    `<think>` in the generation prompt (Qwen3-2507 thinking models), text up to a lone
-    `</think>`. A truncated answer still inside <think> is all reasoning.
+    `<think>` in the generation prompt (`opened`, or Qwen3-2507 thinking models), text up
+    to a lone `</think>`. A turn cut inside its reasoning (no `</think>` after an opening
+    tag, or none at all after an opened prompt) is all reasoning with an empty answer.
     """
     if reasoning:
         return text, reasoning
@@ -34,9 +53,16 @@ def split_reasoning(text: str, reasoning: str | None = None) -> tuple[str, str |
     if m:
         return text[m.end():], m.group(1).strip()
     stripped = text.lstrip()
-    if stripped.startswith("<think>"):
-        return "", stripped[len("<think>"):].strip()
-    if _CLOSE in text and "<think>" not in text:
+    if stripped.startswith(_OPEN):
+        return "", stripped[len(_OPEN):].strip()
+    if _CLOSE in text and _OPEN not in text:
         head, _, tail = text.partition(_CLOSE)
         return tail.lstrip(), head.strip()
+    if opened and _CLOSE not in text:
+        return "", text.strip() or None
     return text, None
+
+
+def truncated_in_reasoning(finish_reason: str, answer: str, reasoning: str | None) -> bool:
+    """A turn cut by max_new_tokens before its reasoning end marker: reasoning, no answer."""
+    return finish_reason == "length" and bool(reasoning) and not answer

@@ -56,9 +56,13 @@ def _kind_of_status(status: int) -> str:
 
 
 class ChatClient:
-    def __init__(self, cfg: OpenAIParams, pool: EndpointPool, api_key: str | None):
+    def __init__(self, cfg: OpenAIParams, pool: EndpointPool, api_key: str | None, opened: bool = False,
+                 token_ids: bool = False):
+        """opened: the generation prompt leaves a reasoning block open (answer.split_reasoning);
+        token_ids: keep the generated ids a server returns with `return_token_ids`."""
         self.cfg = cfg
         self.pool = pool
+        self.opened, self.token_ids = opened, token_ids
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -120,17 +124,23 @@ class ChatClient:
             finish = choice.get("finish_reason") or "stop"
             prompt_tokens = int(usage.get("prompt_tokens") or 0)
             completion_tokens = int(usage.get("completion_tokens") or 0)
+            ids = choice.get("token_ids") if self.token_ids else None
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
             raise ValueError(f"unexpected response shape ({type(err).__name__}: {err})") from None
         if not isinstance(text, str):
             raise ValueError("message content is not text")
-        text, reasoning = split_reasoning(text, reasoning)
-        # The answer goes into the training data: a key echoed in it goes no further.
-        text = secrets.mask(text)
-        reasoning = secrets.mask(reasoning) if isinstance(reasoning, str) else reasoning
+        if ids is not None and not (isinstance(ids, list) and all(type(t) is int for t in ids)):
+            raise ValueError("choice token_ids is not a list of token ids")
+        text, reasoning = split_reasoning(text, reasoning, self.opened)
+        # The answer goes into the training data: a key echoed in it goes no further, nor do
+        # the ids that spell it.
+        masked = secrets.mask(text)
+        masked_reasoning = secrets.mask(reasoning) if isinstance(reasoning, str) else reasoning
+        if masked != text or masked_reasoning != reasoning:
+            ids = None
         served = data.get("model")
-        return Answer(text=text, reasoning=reasoning, finish_reason=finish, prompt_tokens=prompt_tokens,
-                      completion_tokens=completion_tokens, endpoint=url,
+        return Answer(text=masked, reasoning=masked_reasoning, finish_reason=finish, prompt_tokens=prompt_tokens,
+                      completion_tokens=completion_tokens, endpoint=url, token_ids=ids,
                       served_model=secrets.mask(served) if isinstance(served, str) else served)
 
     async def chat(self, body: dict) -> Answer:

@@ -19,7 +19,7 @@ metrics and listed (`LONG_SCHEMA`) with its turn and length.
 
 from __future__ import annotations
 
-from ..config import RegenerateParams
+from ..config import ChatParams, RegenerateParams
 from ..io import write_parquet
 from .drive import next_turns
 from .jobs import Job
@@ -61,8 +61,9 @@ def turns_asked(messages: list[dict]) -> list[list[dict]]:
 class PromptLimit:
     """Measures prompts against `context` less the answer budget; records each row over it."""
 
-    def __init__(self, tokenizer, context: int | None, params: RegenerateParams):
+    def __init__(self, tokenizer, context: int | None, params: RegenerateParams, chat: ChatParams | None = None):
         self.tok, self.p, self.context = tokenizer, params, context
+        self.template_kwargs = (chat or ChatParams()).template_kwargs()
         self.limit = None if context is None else context - params.max_new_tokens
         if self.limit is not None and self.limit <= 0:
             raise ValueError(f"regenerate.max_new_tokens {params.max_new_tokens} leaves no room for a prompt in the "
@@ -70,7 +71,7 @@ class PromptLimit:
         self.events: list[dict] = []
 
     def count(self, conv: list[dict]) -> int:
-        return len(chat_ids(self.tok, conv, self.p.template_kwargs()))
+        return len(chat_ids(self.tok, conv, self.template_kwargs))
 
     def over(self, conv: list[dict]) -> int | None:
         """conv's length when it leaves no room for an answer, else None."""

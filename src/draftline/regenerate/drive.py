@@ -15,7 +15,7 @@ from pathlib import Path
 from ..config import RegenerateParams
 from ..progress import bar
 from .answer import Answer
-from .jobs import Job, empty_turn, error_row, make_jobs, make_row, settings_of
+from .jobs import ADDED_COLUMNS, Job, empty_turn, error_row, make_jobs, make_row, settings_of
 from .store import ShardStore
 
 
@@ -49,7 +49,8 @@ def next_turns(prompts: list[list[dict]], convs: list[list[dict]], cursor: list[
 def converse(backend, prompts: list[list[dict]], seeds: list[int], over=None,
              cut: dict | None = None) -> list[tuple[list[dict], list[Answer]]]:
     """Answer a batch of conversations one user turn at a time, feeding back the target's
-    own previous answers: the history the target sees at inference, not someone else's.
+    own previous answers (with their reasoning: `Answer.history`): the history the target
+    sees at inference, not someone else's.
     seeds: one per prompt, the same for each of its turns. over, cut: as in next_turns."""
     convs: list[list[dict]] = [[] for _ in prompts]
     answers: list[list[Answer]] = [[] for _ in prompts]
@@ -57,7 +58,7 @@ def converse(backend, prompts: list[list[dict]], seeds: list[int], over=None,
     while active := next_turns(prompts, convs, cursor, over, cut):
         got = backend.generate([convs[i] for i in active], [seeds[i] for i in active])
         for i, a in zip(active, got):
-            convs[i].append({"role": "assistant", "content": a.text})
+            convs[i].append(a.history())
             answers[i].append(a)
     return list(zip(convs, answers))
 
@@ -153,6 +154,8 @@ class HFDriver:
 
     def __init__(self, backend, batch_size: int, batch_tokens: int | None = None):
         self.backend, self.batch_size, self.batch_tokens = backend, batch_size, batch_tokens
+        # What the template is called with: part of every row's key.
+        self.chat = getattr(backend, "chat", None)
 
     def __enter__(self):
         return self
@@ -191,11 +194,15 @@ def regenerate(rows: list[dict], driver, params: RegenerateParams, target_fp: st
     """limit: a context.PromptLimit; every prompt is measured (and dropped or cut) before
     any batch, and later turns as they are asked. None: nothing is measured."""
     with driver:
-        settings = settings_of(params, driver.model)
+        # The chat settings come from the driver, so the keys say what was actually sent.
+        settings = settings_of(params, driver.model, getattr(driver, "chat", None))
         every = make_jobs(rows, params, settings, target_fp)
         jobs = limit.check(every) if limit is not None else every
         store = ShardStore(work)
         done = store.load({j.key for j in jobs}, list(finished))
+        for row in done.values():  # rows written before a column existed read it as null
+            for col, value in ADDED_COLUMNS.items():
+                row.setdefault(col, value)
         resumed = len(done)
         pb = bar(len(jobs), "regenerate", unit="row")
         pb.update(resumed)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessorList
 
-from ..config import RegenerateParams
-from .answer import Answer, split_reasoning
+from ..config import ChatParams, RegenerateParams
+from .answer import Answer, opens_reasoning, split_reasoning
 from .context import chat_ids
 from .kv_cache import growing_cache
 from .sampler import NucleusSampler
@@ -15,17 +15,23 @@ from .sampler import NucleusSampler
 class HFBackend:
     name = "hf"
 
-    def __init__(self, model, tokenizer, params: RegenerateParams, eos_ids: list[int]):
+    def __init__(self, model, tokenizer, params: RegenerateParams, eos_ids: list[int], chat: ChatParams | None = None):
         self.model = model
         self.tok = tokenizer
         self.params = params
+        self.chat = chat or ChatParams()
+        self.template_kwargs = self.chat.template_kwargs()
         self.eos_ids = eos_ids
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
         self.served_model = "hf:" + str(getattr(model.config, "_name_or_path", "") or "local")
 
     def _encode(self, conversations: list[list[dict]]) -> list[list[int]]:
         # Template variables (thinking on/off) reach the template as they would on a server.
-        return [chat_ids(self.tok, conv, self.params.template_kwargs()) for conv in conversations]
+        return [chat_ids(self.tok, conv, self.template_kwargs) for conv in conversations]
+
+    def _opened(self, prompt: list[int]) -> bool:
+        # The prompt's last few tokens say whether it leaves a reasoning block open.
+        return opens_reasoning(self.tok.decode(prompt[-8:], skip_special_tokens=False))
 
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], seed: int | list[int]) -> list[Answer]:
@@ -56,11 +62,13 @@ class HFBackend:
         for i, e in enumerate(encoded):
             gen = out[i, width:].tolist()
             stop = next((j for j, t in enumerate(gen) if t in self.eos_ids), None)
-            toks = gen if stop is None else gen[:stop]
-            text = self.tok.decode(toks, skip_special_tokens=False)
-            text, reasoning = split_reasoning(text)
+            # What the target emitted: up to and including its stop token, none of the
+            # padding a batch adds after it.
+            ids = gen if stop is None else gen[:stop + 1]
+            text = self.tok.decode(ids if stop is None else ids[:-1], skip_special_tokens=False)
+            text, reasoning = split_reasoning(text, opened=self._opened(e))
             answers.append(Answer(text=text, reasoning=reasoning,
                                   finish_reason="length" if stop is None else "stop",
-                                  prompt_tokens=len(e), completion_tokens=len(toks) + (stop is not None),
-                                  served_model=self.served_model, endpoint="local"))
+                                  prompt_tokens=len(e), completion_tokens=len(ids),
+                                  served_model=self.served_model, endpoint="local", token_ids=ids))
         return answers

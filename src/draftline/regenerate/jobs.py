@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..config import RegenerateParams
+from ..config import ChatParams, RegenerateParams
 from .answer import Answer
 from .store import row_key
 
@@ -26,10 +26,19 @@ class Job:
         return int(self.key[:8], 16) & 0x7FFFFFFF
 
 
-def settings_of(p: RegenerateParams, model: str | None = None) -> dict:
-    """The settings that change an answer (and so belong in the row key)."""
+# Columns added to answer rows since the first runs, with the value a row written before
+# them reads as: resumed rows and earlier final files keep their keys (the column is not
+# part of the key) and get it filled in on load.
+ADDED_COLUMNS = {"completion_ids": None}
+
+
+def settings_of(p: RegenerateParams, model: str | None = None, chat: ChatParams | None = None) -> dict:
+    """The settings that change an answer (and so belong in the row key). The chat template
+    kwargs are the resulting dict, so the same values give the same keys whether they were
+    set under `regenerate` (before the `chat` section) or `chat`."""
     s = {"backend": p.backend, "max_new_tokens": p.max_new_tokens, "temperature": p.temperature,
-         "top_p": p.top_p, "seed": p.seed, "chat_template_kwargs": p.template_kwargs()}
+         "top_p": p.top_p, "seed": p.seed,
+         "chat_template_kwargs": (chat or ChatParams()).template_kwargs()}
     if p.backend == "openai":
         s["model"] = model
         s["extra_body"] = dict(p.openai.extra_body)
@@ -50,18 +59,31 @@ def empty_turn(messages: list[dict]) -> int | None:
 
 
 def make_row(job: Job, conv: list[dict], answers: list[Answer], settings: dict) -> dict:
+    """The stored row. Its messages hold each answer as `content` only: the reasoning sent
+    back as `reasoning_content` for later turns lives in the `reasoning` column (one entry
+    per assistant turn), so the messages' schema is the prompts' whatever the target did.
+    `completion_ids`: per assistant turn the ids the target generated, or null where the
+    backend did not say; null for the row when no turn has them."""
     r, last = job.row, answers[-1]
     flat = {f"gen_{k}": v for k, v in settings.items() if not isinstance(v, dict)}
+    ids = [a.token_ids for a in answers]
     return {
         "key": job.key, "id": r["id"], "source": r["source"], "category": r["category"],
-        "split": r["split"], "sample": job.sample, "messages": conv,
+        "split": r["split"], "sample": job.sample, "messages": [_stored(m) for m in conv],
         "completion": last.text, "reasoning": [a.reasoning for a in answers],
+        "completion_ids": ids if any(i is not None for i in ids) else None,
         "finish_reason": [a.finish_reason for a in answers],
         "prompt_tokens": sum(a.prompt_tokens for a in answers),
         "completion_tokens": sum(a.completion_tokens for a in answers),
         "served_model": last.served_model, "endpoint": last.endpoint, "request_seed": job.seed,
         **flat, "gen_settings": json.dumps(settings, sort_keys=True),
     }
+
+
+def _stored(message: dict) -> dict:
+    if message["role"] == "assistant" and "reasoning_content" in message:
+        return {k: v for k, v in message.items() if k != "reasoning_content"}
+    return message
 
 
 def error_row(job: Job, kind: str, reason: str, attempts: int) -> dict:

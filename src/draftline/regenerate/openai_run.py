@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .. import secrets
-from ..config import RegenerateParams
+from ..config import ChatParams, RegenerateParams
 from .client import ChatClient, EndpointError, RowFailure
 from .drive import Writer, next_turns
 from .endpoints import EndpointPool
@@ -21,8 +21,14 @@ from .servers import LaunchedServers
 
 
 class OpenAIDriver:
-    def __init__(self, params: RegenerateParams, log_dir: Path):
+    def __init__(self, params: RegenerateParams, log_dir: Path, chat: ChatParams | None = None,
+                 opened: bool = False):
+        """opened: the target's generation prompt leaves a reasoning block open (measured
+        on the target's tokenizer, `chat.ChatTemplate.opens_reasoning`), so a turn cut before `</think>`
+        by a server without a reasoning parser is still stored as reasoning."""
         self.p, self.cfg = params, params.openai
+        self.chat = chat or ChatParams()
+        self.opened = opened
         self.log_dir = log_dir
         self.key = None
         if self.cfg.api_key_env:
@@ -81,9 +87,12 @@ class OpenAIDriver:
         p = self.p
         body = {"model": self.model, "messages": conv, "max_tokens": p.max_new_tokens,
                 "temperature": p.temperature, "top_p": p.top_p, "seed": seed, "stream": False}
-        if kw := p.template_kwargs():
+        if kw := self.chat.template_kwargs():
             # vLLM and SGLang pass these to the chat template (e.g. enable_thinking).
             body["chat_template_kwargs"] = kw
+        if p.token_ids:
+            # vLLM (0.10.2 on) answers with the choice's generated `token_ids`; others ignore it.
+            body["return_token_ids"] = True
         body.update(self.cfg.extra_body)
         return body
 
@@ -92,7 +101,7 @@ class OpenAIDriver:
         prompts, convs, cursor, answers, cut = [job.row["messages"]], [[]], [0], [], {}
         while next_turns(prompts, convs, cursor, over, cut):
             a = await client.chat(self._body(convs[0], (job.seed + len(answers)) & 0x7FFFFFFF))
-            convs[0].append({"role": "assistant", "content": a.text})
+            convs[0].append(a.history())
             answers.append(a)
         return convs[0], answers, cut.get(0)
 
@@ -116,7 +125,8 @@ class OpenAIDriver:
                 if cut is None or w.too_long(job, *cut):
                     w.add(make_row(job, conv, answers, settings))
 
-        async with ChatClient(self.cfg, self.pool, self.key) as client:
+        async with ChatClient(self.cfg, self.pool, self.key, opened=self.opened,
+                              token_ids=self.p.token_ids) as client:
             tasks = [asyncio.create_task(worker(client)) for _ in range(min(self.pool.capacity, len(todo)))]
             watch = asyncio.create_task(self._watch_servers()) if self.servers else None
             try:

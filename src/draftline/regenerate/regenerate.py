@@ -17,11 +17,13 @@ from pathlib import Path
 import click
 
 from .. import secrets
+from ..chat import ChatTemplate
 from ..command import path_option, run_stage
 from ..devices import compute_device
 from ..io import read_parquet, write_json, write_parquet
 from ..precision import batch_dtype
 from ..target.load import TargetError, load_config, load_model, load_tokenizer
+from .answer import truncated_in_reasoning
 from .context import PromptLimit, target_context, write_long
 from .drive import HFDriver, regenerate
 from .store import ShardStore, target_fingerprint
@@ -32,40 +34,62 @@ LONG = "long_prompts.parquet"  # rows over the target's context, dropped or cut
 ERROR_SCHEMA = ["key", "id", "source", "sample", "kind", "reason", "attempts"]
 
 
-def _driver(params, model_dir: Path, logs: Path, device, device_map):
+def _driver(params, model_dir: Path, logs: Path, device, device_map, tok):
     p = params.regenerate
     if p.backend == "openai":
         from .openai_run import OpenAIDriver
 
-        return OpenAIDriver(p, logs)
+        return OpenAIDriver(p, logs, params.chat, _opened(tok, params.chat))
     from .hf_backend import HFBackend
 
     model = load_model(model_dir, _hf_dtype(params, device), device, device_map)
-    tok = load_tokenizer(model_dir)
     eos = model.generation_config.eos_token_id
     eos_ids = sorted({*(eos if isinstance(eos, list) else [eos]), tok.eos_token_id} - {None})
-    return HFDriver(HFBackend(model, tok, p, eos_ids), p.batch_size, p.batch_tokens)
+    return HFDriver(HFBackend(model, tok, p, eos_ids, params.chat), p.batch_size, p.batch_tokens)
 
 
-def _limit(p, model_dir: Path) -> PromptLimit | None:
+def _opened(tok, chat) -> bool:
+    """Whether the target's generation prompt leaves a reasoning block open, rendered with
+    the target's tokenizer (servers serve the same model); False when it cannot be rendered."""
+    if tok is None:
+        return False
+    try:
+        return ChatTemplate(tok, chat.template_kwargs(), chat.thinking_kwarg).opens_reasoning
+    except ValueError:  # no chat template in the target folder: the servers have their own
+        return False
+
+
+def _tokenizer(p, model_dir: Path):
+    """The target's tokenizer; None for servers when the target folder has none (a folder
+    that only fingerprints what they serve)."""
+    try:
+        return load_tokenizer(model_dir)
+    except (OSError, ValueError, TargetError):
+        if p.backend == "hf" or p.max_context is not None:
+            raise
+        return None
+
+
+def _limit(params, model_dir: Path, tok) -> PromptLimit | None:
     """Prompts measured against the target's context, from its config and tokenizer in the
     target folder (for servers too: they serve the same model). Unknown: in process prompts
     are still measured for batching; for servers they are not, and a server refuses one too
     long (a final http_4xx in the errors file)."""
-    try:
-        tok = load_tokenizer(model_dir)
-        context = p.max_context or target_context(load_config(model_dir), tok)
-    except (OSError, ValueError, TargetError):
-        if p.backend == "hf" or p.max_context is not None:
-            raise
-        tok, context = None, None  # a folder that only fingerprints what the servers serve
+    p = params.regenerate
+    context = None  # no tokenizer: a folder that only fingerprints what the servers serve
+    if tok is not None:
+        try:
+            context = p.max_context or target_context(load_config(model_dir), tok)
+        except (OSError, ValueError, TargetError):
+            if p.backend == "hf":
+                raise
     if context is None:
         print(f"regenerate: the target's context is unknown (no max_position_embeddings in its config, no "
               f"model_max_length in its tokenizer, in {model_dir}), so prompts are not checked against it; "
               f"set regenerate.max_context")
         if p.backend == "openai":
             return None
-    return PromptLimit(tok, context, p)
+    return PromptLimit(tok, context, p, params.chat)
 
 
 def _hf_dtype(params, device) -> str:
@@ -80,6 +104,12 @@ def _write_errors(path: Path, errors: list[dict]) -> None:
     cols["reason"] = [secrets.mask(r) for r in cols["reason"]]
     types = [pa.string()] * 3 + [pa.int64(), pa.string(), pa.string(), pa.int64()]
     write_parquet(path, pa.table({c: pa.array(v, t) for (c, v), t in zip(cols.items(), types)}))
+
+
+def _turns(row: dict) -> list[tuple[str, str, str | None]]:
+    """(finish reason, answer, reasoning) of each assistant turn of a stored row."""
+    answers = [str(m.get("content") or "") for m in row["messages"] if m["role"] == "assistant"]
+    return list(zip(row["finish_reason"], answers, row["reasoning"] or []))
 
 
 def _masked(value):
@@ -101,11 +131,13 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
     rows = read_parquet(prompts)
     total = len(rows) * p.samples_per_prompt
     target_fp = target_fingerprint(model, None if p.backend == "openai" else _hf_dtype(params, device))
-    limit = _limit(p, model)
-    out = regenerate(rows, _driver(params, model, logs, device, device_map), p, target_fp, work,
+    tok = _tokenizer(p, model)
+    limit = _limit(params, model, tok)
+    out = regenerate(rows, _driver(params, model, logs, device, device_map, tok), p, target_fp, work,
                      finished=[answers_file, dropped_file], limit=limit)
     answers, errors = out.rows, out.errors
     truncated = [a for a in answers if "length" in a["finish_reason"]]
+    cut_turns = [(f, a, r) for row in answers for f, a, r in _turns(row) if f == "length"]
     kept = [a for a in answers if not (p.drop_truncated and "length" in a["finish_reason"])]
     finishes = [f for a in answers for f in a["finish_reason"]]
     toks = [a["completion_tokens"] for a in answers]
@@ -120,6 +152,9 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
         "mean_completion_tokens": round(sum(toks) / max(len(toks), 1), 1),
         "truncated_rows": len(truncated), "dropped_truncated": len(answers) - len(kept),
         "truncation_rate": round(finishes.count("length") / max(len(finishes), 1), 4),
+        # answers (assistant turns) cut by max_new_tokens, and those cut inside their
+        # reasoning: kept or dropped (drop_truncated), they are counted here either way
+        "truncated": len(cut_turns), "truncated_in_reasoning": sum(truncated_in_reasoning(*t) for t in cut_turns),
         "with_reasoning": sum(1 for a in answers if any(a["reasoning"])),
         "errors": len(errors), "error_rate": round(error_rate, 4), "errors_by_kind": dict(sorted(by_kind.items())),
         "context": limit.context if limit is not None else None,
@@ -165,7 +200,7 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
 def command(settings, model, prompts, out, work, logs, metrics):
     """The target answers every training prompt, turn by turn.
 
-    Params: `regenerate`, `target.dtype`. In process (transformers) or on OpenAI-compatible
+    Params: `regenerate`, `chat`, `target.dtype`. In process (transformers) or on OpenAI-compatible
     servers; resumes exactly after a kill."""
     run_stage(settings, lambda params: run(params, model, prompts, out, work, logs, metrics,
                                            compute_device(settings.device), settings.target_device_map))

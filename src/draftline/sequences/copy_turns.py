@@ -23,14 +23,19 @@ class CopyTurns:
         self.fraction, self.requests = fraction, list(requests)
         self.rng = random.Random(seed)
 
-    def apply(self, row: dict) -> tuple[list[dict], list[str], bool]:
-        """(messages, finish reasons per assistant turn, whether a copy turn was added)."""
-        msgs, reasons = list(row["messages"]), list(row["finish_reason"])
+    def apply(self, row: dict) -> tuple[dict, bool]:
+        """(the row, with a copy turn when drawn; whether one was added)."""
+        msgs = list(row["messages"])
         single = [m["role"] for m in msgs] == ["user", "assistant"]
         # The draw happens only for eligible rows, so adding val or multi-turn rows to the
         # data does not change which training rows are picked before them.
         if self.fraction > 0 and row["split"] == "train" and single and self.rng.random() < self.fraction:
             request = self.rng.choice(self.requests)
-            # The copy ends as the first answer did: truncated answers stay without an EOS.
-            return msgs + [{"role": "user", "content": request}, dict(msgs[1])], reasons + reasons, True
-        return msgs, reasons, False
+            # The copy ends as the first answer did (truncated answers stay without a
+            # terminator) and repeats its reasoning and generated ids.
+            copied = {**row, "messages": msgs + [{"role": "user", "content": request}, dict(msgs[1])]}
+            for col in ("finish_reason", "reasoning", "completion_ids"):
+                if row.get(col) is not None:
+                    copied[col] = list(row[col]) * 2
+            return copied, True
+        return row, False

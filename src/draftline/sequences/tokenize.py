@@ -14,40 +14,73 @@ from ..io import read_parquet, write_json, write_parquet
 from ..target.load import load_tokenizer
 from .copy_turns import CopyTurns
 from .ids import sequence_id
-from .loss_mask import encode
+from .loss_mask import ANSWER, REASONING, TemplateError, encode_turns, turns
+from ..chat import ChatTemplate
+
+NAMED = 20  # unrendered rows named in the metrics
 
 
 def run(params, model: Path, answers: Path, out_file: Path, metrics: Path) -> None:
-    tok = load_tokenizer(model)
+    tpl = ChatTemplate(load_tokenizer(model), params.chat.template_kwargs(), params.chat.thinking_kwarg)
+    p = params.tokenize
     rows = read_parquet(answers)
     seen: set[str] = set()
     for r in rows:
         if (sid := sequence_id(r)) in seen:
             raise ValueError(f"tokenize: answer {sid!r} appears twice in {answers}")
         seen.add(sid)
-    out, dropped, truncated, copies = [], 0, 0, 0
-    ct = params.tokenize.copy_turns
+    out, dropped, truncated, copies, split, unrendered = [], 0, 0, 0, 0, []
+    with_ids = ids_differ = reasoning_tokens = answer_tokens = 0
+    ct = p.copy_turns
     copy_turns = CopyTurns(ct.fraction, ct.requests, ct.seed)
     for r in rows:
-        messages, reasons, copied = copy_turns.apply(r)
+        r, copied = copy_turns.apply(r)
         copies += copied
-        enc = encode(tok, messages, reasons, params.tokenize.max_length)
-        truncated += enc.truncated
-        # A row with < 2 supervised tokens has no anchor for a block: count it and drop it.
-        if sum(enc.loss_mask) < 2:
-            dropped += 1
+        try:
+            ts = turns(tpl, r["messages"], r.get("reasoning") or [], r["finish_reason"], r.get("completion_ids"),
+                       p.reasoning == "keep")
+        except TemplateError as e:  # counted and named; the stage fails above max_unrendered
+            unrendered.append({"id": sequence_id(r), "reason": str(e)})
             continue
-        out.append({"id": sequence_id(r), "split": r["split"], "input_ids": enc.input_ids, "loss_mask": enc.loss_mask})
+        seqs = encode_turns(tpl, ts, p.max_length)
+        split += len(seqs) > 1
+        with_ids += any(t.ids is not None for t in ts)
+        for s in seqs:
+            ids_differ += s.ids_differ
+            truncated += s.truncated
+            # A sequence with < 2 supervised tokens has no anchor for a block: count it, drop it.
+            if sum(s.loss_mask) < 2:
+                dropped += 1
+                continue
+            reasoning_tokens += s.parts.count(REASONING)
+            answer_tokens += s.parts.count(ANSWER)
+            # A conversation the template rewrites gives a sequence per assistant turn:
+            # `<id>@<turn>`, stable across runs (extract and train key on ids).
+            sid = sequence_id(r) if len(seqs) == 1 else f"{sequence_id(r)}@{s.turns[0]}"
+            out.append({"id": sid, "split": r["split"], "input_ids": s.input_ids, "loss_mask": s.loss_mask})
+    if len(unrendered) > p.max_unrendered * len(rows):
+        first = unrendered[0]
+        raise ValueError(f"tokenize: {len(unrendered)} of {len(rows)} rows not rendered verbatim by the chat template "
+                         f"(tokenize.max_unrendered {p.max_unrendered}); first {first['id']!r}: {first['reason']}")
     if not out:
         raise ValueError(f"tokenize: every one of {len(rows)} rows has no supervised token")
     write_parquet(out_file, out)
     lengths = [len(r["input_ids"]) for r in out]
     sup = [sum(r["loss_mask"]) for r in out]
-    write_json(metrics, {"rows": len(out), "copy_turns": copies, "dropped_no_supervised": dropped,
-                         "truncated": truncated, "tokens": sum(lengths), "supervised_tokens": sum(sup),
+    conversations = len(rows) - len(unrendered)
+    write_json(metrics, {"rows": len(out), "conversations": conversations,
+                         "sequences_per_conversation": round(len(out) / max(conversations, 1), 3),
+                         "conversations_split_by_turn": split, "copy_turns": copies,
+                         "dropped_no_supervised": dropped, "truncated": truncated, "tokens": sum(lengths),
+                         "supervised_tokens": sum(sup), "reasoning_tokens": reasoning_tokens,
+                         "answer_tokens": answer_tokens, "rows_with_token_ids": with_ids,
+                         "turns_ids_differ_from_text": ids_differ, "unrendered": len(unrendered),
+                         "unrendered_ids": " ".join(u["id"] for u in unrendered[:NAMED]),
+                         "unrendered_first_reason": unrendered[0]["reason"] if unrendered else "",
                          "mean_length": round(sum(lengths) / len(lengths), 1)})
-    print(f"tokenize: {len(out)} rows ({copies} with a copy turn), {sum(lengths)} tokens "
-          f"({sum(sup)} supervised), dropped {dropped}")
+    print(f"tokenize: {len(out)} sequences from {conversations} conversations ({split} split by turn, {copies} "
+          f"with a copy turn), {sum(lengths)} tokens ({sum(sup)} supervised: {reasoning_tokens} reasoning), "
+          f"dropped {dropped}, unrendered {len(unrendered)}")
 
 
 @click.command("tokenize")
@@ -58,7 +91,7 @@ def run(params, model: Path, answers: Path, out_file: Path, metrics: Path) -> No
 @path_option("--metrics", "tokenize_metrics", "Writes: rows, tokens, supervised tokens, drops.")
 @click.pass_obj
 def command(settings, model, answers, out, metrics):
-    """Chat template + loss mask on what the target wrote.
+    """Chat template + loss mask on what the target wrote, reasoning included.
 
-    Params: `tokenize`."""
+    Params: `chat`, `tokenize`."""
     run_stage(settings, lambda params: run(params, model, answers, out, metrics))
