@@ -52,3 +52,16 @@ def test_card_command_writes_the_file(tmp_path):
     assert '"model": "org/d"' in out.read_text()
     missing = CliRunner().invoke(main, [*args[:2], str(tmp_path / "nowhere"), *args[3:]])
     assert missing.exit_code == 1 and "not found" in missing.output
+
+
+def test_a_thinking_target_card_splits_tau_at_the_reasoning_end():
+    metrics = _metrics()
+    assert "reasoning" not in render(CONFIG, INFO, metrics, "d")  # a target that does not think
+    thinking = json.loads(json.dumps(metrics))
+    thinking["reasoning_end"] = "</think>"
+    for entry in thinking["greedy"].values():
+        entry["dflash"].update(tau_reasoning=2.5, tau_answer=None, reasoning_tokens=40, answer_tokens=0)
+    card = render(CONFIG, INFO, thinking, "d")
+    assert "its reasoning ends at `</think>`" in card
+    tau = thinking["greedy"]["all"]["dflash"]["tau"]
+    assert f"| `all` | {tau:.3f} | 2.500 (40) | - (0) |" in card
