@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import socket
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -81,8 +82,6 @@ def set_aside(path: Path, folder: Path, why: str) -> Path:
     """Move an unreadable file into `folder` under a new name, and say so: the stage goes
     on from what it can read instead of failing on the same file at every rerun, and the
     bytes stay for a post-mortem. `folder` is never a stage output (DVC would cache it)."""
-    import time
-
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.damaged"
     shutil.move(str(path), dest)

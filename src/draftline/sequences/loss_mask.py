@@ -52,6 +52,9 @@ class Sequence:
         self.parts += parts
         self.loss_mask += [int(p != NONE) for p in parts]
 
+    def add_unsupervised(self, ids: list[int]) -> None:
+        self.add(ids, [NONE] * len(ids))
+
 
 def _with_reasoning(messages: list[dict], reasoning: list, keep: bool) -> list[dict]:
     """The conversation with each assistant turn's reasoning as `reasoning_content`, the field
@@ -163,19 +166,18 @@ def encode_turns(tpl: ChatTemplate, ts: list[Turn], max_length: int) -> list[Seq
     if keeps_history:
         seq, done = Sequence(list(range(len(ts)))), ""
         for t in ts:
-            seq.add(tpl.ids(t.history[len(done):]), [NONE] * len(tpl.ids(t.history[len(done):])))
+            seq.add_unsupervised(tpl.ids(t.history[len(done):]))
             _supervised(tpl, seq, t)
             done = t.history + (t.text or "")
-        seq.add(tpl.ids(ts[-1].tail), [NONE] * len(tpl.ids(ts[-1].tail)))
+        seq.add_unsupervised(tpl.ids(ts[-1].tail))
         seqs = [seq]
     else:
         seqs = []
         for k, t in enumerate(ts):
             seq = Sequence([k])
-            prompt = tpl.ids(t.history)
-            seq.add(prompt, [NONE] * len(prompt))
+            seq.add_unsupervised(tpl.ids(t.history))
             _supervised(tpl, seq, t)
-            seq.add(tpl.ids(t.tail), [NONE] * len(tpl.ids(t.tail)))
+            seq.add_unsupervised(tpl.ids(t.tail))
             seqs.append(seq)
     for s in seqs:
         s.truncated = len(s.input_ids) > max_length
