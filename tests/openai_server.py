@@ -21,7 +21,7 @@ from draftline.config import RegenerateParams
 from draftline.regenerate.hf_backend import HFBackend
 
 
-class _JSONHandler(BaseHTTPRequestHandler):
+class JSONHandler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
@@ -34,7 +34,7 @@ class _JSONHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-class _Loopback:
+class Loopback:
     """A threaded HTTP server on a free loopback port, serving `handler`, as a context manager."""
 
     def _serve(self, handler) -> None:
@@ -51,7 +51,7 @@ class _Loopback:
         self.httpd.server_close()
 
 
-class ChatServer(_Loopback):
+class ChatServer(Loopback):
     def __init__(self, model, tokenizer, fail_first: int = 0, served_name: str = "smollm2", think: str | None = None):
         self.model, self.tok = model, tokenizer
         self.fail_left = fail_first
@@ -63,7 +63,7 @@ class ChatServer(_Loopback):
         self.bodies: list[dict] = []
         server = self
 
-        class Handler(_JSONHandler):
+        class Handler(JSONHandler):
             def do_GET(self):
                 self._send({"object": "list", "data": [{"id": server.served_name, "object": "model"}]})
 
@@ -103,7 +103,7 @@ class ChatServer(_Loopback):
         self._serve(Handler)
 
 
-class EchoServer(_Loopback):
+class EchoServer(Loopback):
     """A server that echoes the request's Authorization header back, as some servers and
     proxies do in their errors. The last word of the prompt picks the answer: "reject" ->
     HTTP 400, "crash" -> HTTP 500, "garble" -> HTTP 200 without choices, "echo" -> an
@@ -111,7 +111,7 @@ class EchoServer(_Loopback):
     the header as a second id. No model behind it: for tests of what the stage stores."""
 
     def __init__(self, served_name: str = "echo-model"):
-        class Handler(_JSONHandler):
+        class Handler(JSONHandler):
             def do_GET(self):
                 auth = self.headers.get("Authorization")
                 self._send({"object": "list", "data": [{"id": served_name}, {"id": f"echo {auth}"}]})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from openai_server import _JSONHandler, _Loopback
+from openai_server import JSONHandler, Loopback
 
 
 def reasoning_of(question: str) -> str:
@@ -24,12 +24,12 @@ def answer_of(question: str) -> str:
     return f"Here is my answer to: {question.strip()}"
 
 
-class ThinkingServer(_Loopback):
+class ThinkingServer(Loopback):
     def __init__(self, tok, thinking_kwarg: str = "enable_thinking", served_name: str = "thinker"):
         self.bodies: list[dict] = []
         server = self
 
-        class Handler(_JSONHandler):
+        class Handler(JSONHandler):
             def do_GET(self):
                 self._send({"object": "list", "data": [{"id": served_name, "object": "model"}]})
 
