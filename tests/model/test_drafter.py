@@ -38,7 +38,7 @@ def trained(tmp_path_factory, target_model, tokenizer):
     extract(target_model, rows, layers, ShardWriter(hid, 10_000, {"target_layer_ids": layers}), 4096,
             tokenizer.eos_token_id)
     seqs = load_sequences(hid)
-    mask_id = mask_token_id(tokenizer, dp.mask_token)
+    mask_id = mask_token_id(tokenizer, dp.mask_token, target_model.config.vocab_size)
     cfg = drafter_config(target_model.config, dp, layers, mask_id)
     drafter = build_drafter(cfg, 0)
     tp = train_params(num_anchors=32, batch_size=6, epochs=60, lr=3e-3, eval_every=1000)
@@ -56,7 +56,9 @@ def test_checkpoint_is_a_zlab_drafter(trained):
     assert cfg["architectures"] == ["DFlashDraftModel"]
     assert cfg["model_type"] == "qwen3" and cfg["tie_word_embeddings"] is False
     assert cfg["num_target_layers"] == 30 and cfg["block_size"] == 4
-    assert cfg["dflash_config"] == {"block_size": 4, "mask_token_id": 16, "target_layer_ids": [15]}
+    assert cfg["dflash_config"] == {"block_size": 4, "mask_token_id": 16, "target_layer_ids": [15],
+                                    "num_target_layers": 30, "use_swa": False, "swa_window_size": None,
+                                    "causal": False}
     # What vLLM's and SGLang's DFlash loaders read besides dflash_config.
     assert cfg["layer_types"] == ["full_attention"] and cfg["num_hidden_layers"] == 1
     assert cfg["hidden_size"] == 576 and cfg["vocab_size"] == 49152

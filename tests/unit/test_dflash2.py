@@ -88,7 +88,8 @@ def test_checkpoint_loads_unchanged_in_zlab_dflash2(tiny2, tmp_path):
     assert cfg["architectures"] == ["DFlash2DraftModel"]
     assert cfg["dflash_config"] == {"block_size": 4, "mask_token_id": TINY_MASK, "target_layer_ids": [0],
                                     "conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 8,
-                                    "selector_top_k": 4}
+                                    "selector_top_k": 4, "num_target_layers": 2, "use_swa": False,
+                                    "swa_window_size": None, "causal": False}
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         keys = set(f.keys())
     # z-lab's checkpoints (and the vLLM and SGLang loaders) name the codebooks bare.

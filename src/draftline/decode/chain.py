@@ -21,12 +21,12 @@ import time
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from ..drafter.dflash2 import walk
 from ..hidden.features import context_features
+from .recurrent import Snapshot, has_recurrent
 from .skinny import SkinnyHead
-from .steps import Decoded, keep_cache, stop_cut, target_step, verify_greedy
+from .steps import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
 
 
 def probs_at(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -66,7 +66,7 @@ def rejection_sample(draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
 def plain(target, input_ids: torch.Tensor, max_new_tokens: int, stop_ids: list[int], temperature: float = 0.0,
           gen: torch.Generator | None = None) -> Decoded:
     stop = set(stop_ids)
-    cache = DynamicCache(config=target.config)
+    cache = new_cache(target.config)
     logits, _ = target_step(target, input_ids, cache=cache)
     tok = int(choose(logits[-1], temperature, gen))
     tokens = [tok]
@@ -99,9 +99,10 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
     n_in = input_ids.shape[1]
     max_len = n_in + max_new_tokens
     dev = input_ids.device
-    cache = DynamicCache(config=target.config)
-    d_cache = DynamicCache(config=drafter.config)  # the drafter's K/V of context features seen so far
+    cache = new_cache(target.config)
+    d_cache = new_cache(drafter.config)  # the drafter's K/V of context features seen so far
     logits, out = target_step(target, input_ids, cache=cache, output_hidden_states=True)
+    recurrent = has_recurrent(cache)
     seq = input_ids[0].tolist() + [int(choose(logits[-1], temperature, gen))]
     ctx = context_features(out.hidden_states, layer_ids)  # features not yet in the drafter's cache
     t0 = time.perf_counter()
@@ -129,6 +130,7 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
                 block[1:] = _draw(q, gen).tolist()
         verify_pos = torch.arange(start, start + size, device=dev)[None]
         verify = dict(position_ids=verify_pos, cache=cache, output_hidden_states=size > 1)
+        snapshot = Snapshot(cache) if recurrent else None
         if temperature == 0:
             choice, out = verify_greedy(target, torch.tensor([block], device=dev), **verify)
             acc = 0
@@ -148,6 +150,8 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
         if cut is not None:
             produced, stopped = cut + 1, True
         seq = seq[: start + 1] + new[:produced]
+        if snapshot is not None and produced < size:
+            replay(target, cache, snapshot, block[:produced], start)
         start += produced
         keep_cache(cache, start)
         accepted_lengths.append(produced)

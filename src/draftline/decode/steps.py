@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from .recurrent import is_recurrent
 from .skinny import head_logits
 
 
@@ -24,10 +25,37 @@ class Decoded:
 
 
 def keep_cache(cache: DynamicCache, length: int) -> None:
-    """Drop cached positions >= length (the rejected part of the block)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)  # transformers 5 takes the number of tokens to remove, negated
+    """Drop cached positions >= length (the rejected part of the block) from every layer
+    that keeps positions. Linear-attention layers keep a state, not positions: the decoders
+    restore theirs from a snapshot instead (recurrent.py)."""
+    for layer in cache.layers:
+        if is_recurrent(layer):
+            continue
+        extra = layer.get_seq_length() - length
+        if extra > 0:
+            layer.crop(-extra)  # transformers 5 takes the number of tokens to remove, negated
+
+
+def new_cache(config) -> DynamicCache:
+    """A cache whose sliding-window layers (a drafter's sliding_attention, a target's) record
+    enough past to be cropped back after a rejected block, as z-lab's dflash_generate sets
+    them up. Linear-attention layers are left as they are: their rollback is a snapshot."""
+    cache = DynamicCache(config=config)
+    for layer in cache.layers:
+        if not is_recurrent(layer) and hasattr(layer, "activate_past_recording"):
+            layer.activate_past_recording()
+    return cache
+
+
+def replay(target, cache, snapshot, accepted: list[int], start: int) -> None:
+    """Put a hybrid target's cache where it stands after `accepted` (the block's first tokens,
+    from position `start`): linear-attention states back to the snapshot taken before the
+    verify pass, attention layers cropped to `start`, then the accepted tokens run again."""
+    snapshot.restore()
+    keep_cache(cache, start)
+    dev = target.device
+    target.base_model(torch.tensor([accepted], device=dev), cache=cache, use_cache=True,
+                      position_ids=torch.arange(start, start + len(accepted), device=dev)[None])
 
 
 class LazyArgmax:

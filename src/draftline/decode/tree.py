@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from ..hidden.features import context_features
-from .skinny import SkinnyHead
-from .steps import Decoded, keep_cache, stop_cut, target_step, verify_greedy
+from .recurrent import Snapshot, expand, has_recurrent, select
+from .skinny import SkinnyHead, head_logits
+from .steps import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,64 @@ def keep_positions(cache: DynamicCache, index: torch.Tensor) -> None:
         layer.keys, layer.values = k, v
 
 
+def leaf_paths(tree: Tree) -> list[list[int]]:
+    """Every root-to-leaf path of the tree, as node lists (one empty path for an empty tree)."""
+    has_child = set(tree.parents)
+    paths = []
+    for i in range(len(tree)):
+        if i in has_child:
+            continue
+        path, cur = [], i
+        while cur >= 0:
+            path.append(cur)
+            cur = tree.parents[cur]
+        paths.append(path[::-1])
+    return paths or [[]]
+
+
+class _Row(Snapshot):
+    """The snapshot taken before a batched tree verify, with the batch row that was accepted."""
+
+    index = 0
+
+
+def _verify_paths(target, cache, tree: Tree, root: int, start: int, want_hidden: bool):
+    """A tree through a hybrid target: linear-attention layers read their input in order and
+    cannot follow a tree mask, so each root-to-leaf path is a row of one batched pass over
+    copies of the cache (shorter rows padded at the end, which no earlier position sees).
+    Returns the accepted path, the bonus token, the snapshot (with the accepted row) to
+    rebuild the one-row cache from, and the pass's outputs."""
+    paths = leaf_paths(tree)
+    width = 1 + max(len(p) for p in paths)
+    ids = [[root, *(tree.tokens[n] for n in p)] + [root] * (width - 1 - len(p)) for p in paths]
+    where = {-1: (0, 0)}
+    for r, p in enumerate(paths):
+        for d, n in enumerate(p, start=1):
+            where.setdefault(n, (r, d))
+    snapshot = _Row(cache)
+    expand(cache, len(paths))
+    dev = target.device
+    out = target.base_model(torch.tensor(ids, device=dev), cache=cache, use_cache=True,
+                            position_ids=torch.arange(start, start + width, device=dev)[None].expand(len(paths), -1),
+                            output_hidden_states=want_hidden)
+    weight = target.get_output_embeddings().weight
+    children: dict[int, dict[int, int]] = {}
+    for i, (t, p) in enumerate(zip(tree.tokens, tree.parents)):
+        children.setdefault(p, {}).setdefault(t, i)
+    path, cur = [], -1
+    while True:
+        r, d = where[cur]
+        choice = int(head_logits(weight, out.last_hidden_state[r, d : d + 1]).argmax(-1))
+        nxt = children.get(cur, {}).get(choice)
+        if nxt is None:
+            break
+        path.append(nxt)
+        cur = nxt
+    snapshot.index = where[cur][0]
+    select(cache, snapshot.index)
+    return path, choice, snapshot, out
+
+
 @dataclass
 class TreeDecoded(Decoded):
     nodes_verified: list[int]  # tree size per verify step (root excluded)
@@ -131,9 +190,10 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
     embed_w, head = target.get_input_embeddings().weight, SkinnyHead(target.get_output_embeddings())
     stop, max_len = set(stop_ids), n_in + max_new_tokens
     dtype = next(target.parameters()).dtype
-    cache = DynamicCache(config=target.config)
-    d_cache = DynamicCache(config=drafter.config)
+    cache = new_cache(target.config)
+    d_cache = new_cache(drafter.config)
     logits, out = target_step(target, input_ids, cache=cache, output_hidden_states=True)
+    recurrent = has_recurrent(cache)
     seq = input_ids[0].tolist() + [int(logits[-1].argmax())]
     ctx = context_features(out.hidden_states, layer_ids)
     t0 = time.perf_counter()
@@ -155,26 +215,38 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
             logp = torch.log_softmax(drafter.compute_logits(h[0], head).float(), dim=-1)
             tree = build_tree(logp, budget, top_k)
             argmax = logp.argmax(-1).tolist()
-        ids = torch.tensor([[seq[start], *tree.tokens]], device=dev)
-        positions = torch.tensor([[start, *(start + d for d in tree.depths)]], device=dev)
-        choice, out = verify_greedy(target, ids, position_ids=positions, cache=cache,
-                                    attention_mask=tree_mask(tree, start, dtype, dev), output_hidden_states=depth > 0)
-        path = walk(tree, choice)
+        if recurrent:
+            path, bonus, row, out = _verify_paths(target, cache, tree, seq[start], start, depth > 0)
+        else:
+            ids = torch.tensor([[seq[start], *tree.tokens]], device=dev)
+            positions = torch.tensor([[start, *(start + d for d in tree.depths)]], device=dev)
+            choice, out = verify_greedy(target, ids, position_ids=positions, cache=cache,
+                                        attention_mask=tree_mask(tree, start, dtype, dev),
+                                        output_hidden_states=depth > 0)
+            path = walk(tree, choice)
+            bonus = choice[path[-1] + 1 if path else 0]
         if any(tree.tokens[i] != argmax[tree.depths[i] - 1] for i in path):
             off_chain += 1  # a path the chain decoder would have missed
-        new = [tree.tokens[i] for i in path] + [choice[path[-1] + 1 if path else 0]]
+        new = [tree.tokens[i] for i in path] + [bonus]
         produced = min(len(path) + 1, max_len - start - 1)
         cut = stop_cut(new[:produced], stop)
         if cut is not None:
             produced, stopped = cut + 1, True
         seq = seq[: start + 1] + new[:produced]
-        rows = [0, *(i + 1 for i in path)][:produced]  # verify-pass rows now part of the sequence
-        keep_positions(cache, torch.cat([torch.arange(start, device=dev),
-                                         start + torch.tensor(rows, device=dev)]))
+        if recurrent:
+            # the accepted path's row of the batch; its first `produced` positions are the tokens kept
+            rows = list(range(produced))
+            replay(target, cache, row, seq[start : start + produced], start)
+            hidden_states = [h[row.index : row.index + 1] for h in out.hidden_states] if depth > 0 else None
+        else:
+            rows = [0, *(i + 1 for i in path)][:produced]  # verify-pass rows now part of the sequence
+            keep_positions(cache, torch.cat([torch.arange(start, device=dev),
+                                             start + torch.tensor(rows, device=dev)]))
+            hidden_states = out.hidden_states if depth > 0 else None
         start += produced
         lengths.append(produced)
         sizes.append(len(tree))
         if depth > 0:
-            ctx = context_features(out.hidden_states, layer_ids)[:, rows]
+            ctx = context_features(hidden_states, layer_ids)[:, rows]
     tokens = seq[n_in : min(start + 1, max_len)]
     return TreeDecoded(tokens, lengths, time.perf_counter() - t0, sizes, off_chain)

@@ -30,19 +30,19 @@ class BlockBatch:
     def block_size(self) -> int:
         return self.block_ids.shape[1] // self.ctx_visible.shape[1]
 
-    @property
-    def layout(self) -> BlockLayout:
-        return BlockLayout(self.ctx_visible.shape[2], self.block_size, self.ctx_visible)
+    def layout(self, dense: bool = False) -> BlockLayout:
+        """The batch's attention layout; dense: for sdpa over a dense mask, built per layer
+        (a sliding layer's differs from a full one's)."""
+        b, L = self.context.shape[:2]
+        anchors = self.position_ids[:, L:].reshape(b, -1, self.block_size)[:, :, 0]
+        return BlockLayout(self.ctx_visible.shape[2], self.block_size, self.ctx_visible, anchors, dense)
 
     @property
     def attention_mask(self) -> torch.Tensor:
-        """[b, 1, A*B, L + A*B] bool, True = may attend: the context before the anchor and
-        the block's own B slots (what block_attention computes without the dense mask)."""
-        b, A, _ = self.ctx_visible.shape
-        B = self.block_size
-        own = torch.block_diag(*[torch.ones(B, B, dtype=torch.bool)] * A)
-        ctx_part = self.ctx_visible.repeat_interleave(B, dim=1)  # [b, Q, L]
-        return torch.cat([ctx_part, own.expand(b, A * B, A * B)], dim=-1)[:, None]
+        """[b, 1, A*B, L + A*B] bool, True = may attend, of a full-attention layer: the context
+        before the anchor and the block's own B slots (what block_attention computes without
+        the dense mask)."""
+        return self.layout().mask(None, False)
 
 
 def anchor_candidates(loss_mask: torch.Tensor) -> torch.Tensor:

@@ -12,50 +12,91 @@ from pathlib import Path
 import torch
 
 from ..config import DrafterParams
+from ..target.layout import attention_kind, text_config
+from .serving import serving_fields
 
 
 class DrafterError(ValueError):
     pass
 
 
-def mask_token_id(tokenizer, token: str) -> int:
+def mask_token_id(tokenizer, token: str | int, vocab_size: int) -> int:
+    """The mask token's id: a token of the tokenizer by name, or an id inside the target's
+    embedding (a spare row past the tokenizer's last id is fine: nothing decodes it)."""
+    if isinstance(token, int):
+        if not 0 <= token < vocab_size:
+            raise DrafterError(f"drafter.mask_token: id {token} is outside the target's embedding "
+                               f"(0..{vocab_size - 1}); SGLang and vLLM need it inside")
+        return token
     ids = tokenizer.convert_tokens_to_ids([token])
     tid = ids[0] if ids else None
     if tid is None or tid == tokenizer.unk_token_id and token != tokenizer.unk_token:
-        raise DrafterError(f"drafter.mask_token: {token!r} is not a single token of the target's vocabulary")
+        raise DrafterError(f"drafter.mask_token: {token!r} is not a single token of the target's vocabulary "
+                           "(give a spare row's id instead)")
     return int(tid)
+
+
+def drafter_shape(tc, drafter: DrafterParams) -> dict:
+    """Heads, head width and MLP width: the params', else the target's. An MLA target
+    (Kimi, DeepSeek) has no plain head_dim or key/value heads: its qk_rope_head_dim (64) is
+    only the rotary part of a key, so the drafter takes v_head_dim and 8 key/value heads, as
+    z-lab's Kimi-K2.5 drafter (64 heads, 8 key/value heads, head_dim 128)."""
+    mla = attention_kind(tc) == "mla"
+    heads = drafter.num_attention_heads or int(tc.num_attention_heads)
+    if mla:
+        kv = drafter.num_key_value_heads or min(8, heads)
+        head_dim = drafter.head_dim or int(tc.v_head_dim)
+    else:
+        kv = drafter.num_key_value_heads or int(getattr(tc, "num_key_value_heads", None) or heads)
+        head_dim = drafter.head_dim or int(getattr(tc, "head_dim", None) or tc.hidden_size // heads)
+    if heads % kv:
+        raise DrafterError(f"drafter.num_key_value_heads: {kv} does not divide the {heads} attention heads")
+    return {"num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
+            "intermediate_size": drafter.intermediate_size or int(tc.intermediate_size)}
+
+
+# Rotary keys of the target that do not describe the drafter: it rotates its whole head
+# (Qwen3 attention) over plain 1-D positions, whatever share or sections the target rotates.
+TARGET_ONLY_ROPE = ("partial_rotary_factor", "mrope_section", "mrope_interleaved")
+
+
+def drafter_rope(tc) -> dict:
+    """The target's rotary base and scaling (theta, yarn factor), minus what the drafter
+    does not run."""
+    rope = dict(getattr(tc, "rope_parameters", None) or {})
+    if not rope:
+        rope = {"rope_type": "default", "rope_theta": getattr(tc, "rope_theta", 10000.0)}
+    for key in TARGET_ONLY_ROPE:
+        rope.pop(key, None)
+    return rope
 
 
 def drafter_config(target_config, drafter: DrafterParams, layer_ids: list[int], mask_id: int):
     from transformers import Qwen3Config
 
-    tc = target_config
-    n_heads = int(tc.num_attention_heads)
-    head_dim = int(getattr(tc, "head_dim", None) or tc.hidden_size // n_heads)
-    rope = getattr(tc, "rope_parameters", None) or {"rope_type": "default",
-                                                     "rope_theta": getattr(tc, "rope_theta", 10000.0)}
+    tc = text_config(target_config)
+    layer_types = list(drafter.layer_types or ["full_attention"] * drafter.num_layers)
+    serving = serving_fields(layer_types, drafter.sliding_window, drafter.block_size, mask_id, layer_ids,
+                             int(tc.num_hidden_layers), int(tc.hidden_size))
     cfg = Qwen3Config(
         vocab_size=int(tc.vocab_size),
         hidden_size=int(tc.hidden_size),
-        intermediate_size=int(tc.intermediate_size),
         num_hidden_layers=drafter.num_layers,
-        num_attention_heads=n_heads,
-        num_key_value_heads=int(getattr(tc, "num_key_value_heads", n_heads)),
-        head_dim=head_dim,
+        **drafter_shape(tc, drafter),
         hidden_act=getattr(tc, "hidden_act", "silu"),
         max_position_embeddings=int(getattr(tc, "max_position_embeddings", 8192)),
         rms_norm_eps=float(getattr(tc, "rms_norm_eps", 1e-6)),
-        rope_parameters=dict(rope),
+        rope_parameters=drafter_rope(tc),
         attention_bias=False,
         tie_word_embeddings=False,
         use_cache=True,
-        layer_types=["full_attention"] * drafter.num_layers,
+        layer_types=layer_types,
+        sliding_window=serving.pop("sliding_window"),
+        use_sliding_window=serving.pop("use_sliding_window"),
     )
     cfg.architectures = [ARCHITECTURES[drafter.arch]]
-    cfg.num_target_layers = int(tc.num_hidden_layers)
-    cfg.block_size = drafter.block_size
-    cfg.dflash_config = {"block_size": drafter.block_size, "mask_token_id": mask_id,
-                         "target_layer_ids": list(layer_ids)}
+    for key, value in serving.items():
+        setattr(cfg, key, value)
     if drafter.arch == "dflash2":
         d2 = drafter.dflash2
         if cfg.hidden_size % d2.conv_group_size:
@@ -122,38 +163,3 @@ def load_drafter(path: str | Path, dtype=torch.float32):
 
     cls = _model_class(AutoConfig.from_pretrained(str(path)))
     return cls.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa").eval()
-
-
-def target_init_layers(num_target_layers: int, layer_ids: list[int], num_layers: int) -> list[int]:
-    """The target layers a drafter of `num_layers` layers starts from: those right after the
-    deepest captured layer (they were trained to read its output), else the last ones."""
-    start = min(max(layer_ids) + 1, num_target_layers - num_layers)
-    return list(range(max(start, 0), max(start, 0) + num_layers))
-
-
-@torch.no_grad()
-def init_from_target(drafter, layers: list[dict[str, torch.Tensor]], final_norm: torch.Tensor) -> None:
-    """Start the drafter as the target's own next layers over its deepest captured state.
-
-    Drafter layer i takes the weights of target layer `target_init_layers(...)[i]`, its final
-    norm the target's, and `fc` reads only the deepest captured layer (identity block), with
-    `hidden_norm` the first copied layer's input norm: so at step 0 the context keys and
-    values of the first layer are exactly that target layer's own. The noise stream still
-    starts from token embeddings, which training adapts to. With few hundred training
-    sequences this prior is worth more than a random start (bench/RESULTS.md).
-    """
-    if len(layers) != len(drafter.layers):
-        raise DrafterError(f"init_from_target: {len(layers)} target layers for {len(drafter.layers)} drafter layers")
-    for layer, weights in zip(drafter.layers, layers):
-        own = dict(layer.named_parameters())
-        for name, w in weights.items():
-            if own[name].shape != w.shape:
-                raise DrafterError(f"init_from_target: {name} is {tuple(w.shape)} in the target, "
-                                   f"{tuple(own[name].shape)} in the drafter")
-            own[name].copy_(w)
-    drafter.norm.weight.copy_(final_norm)
-    hidden = drafter.norm.weight.shape[0]
-    deepest = max(range(len(drafter.target_layer_ids)), key=lambda j: drafter.target_layer_ids[j])
-    drafter.fc.weight.zero_()
-    drafter.fc.weight[:, deepest * hidden:(deepest + 1) * hidden] = torch.eye(hidden)
-    drafter.hidden_norm.weight.copy_(layers[0]["input_layernorm.weight"])

@@ -83,11 +83,8 @@ class Step:
             inputs = dict(position_ids=batch.position_ids.to(dev), noise_embedding=noise,
                           target_hidden=batch.context.to(dev))
             with block_local_convs(self.dp.block_size):
-                if self.block_attention:
-                    with routed():
-                        hidden = self.drafter(**inputs, block_layout=batch.layout.to(dev))
-                else:
-                    hidden = self.drafter(**inputs, attention_mask=batch.attention_mask.to(dev))
+                with routed():  # each layer's mask from the layout: full and sliding layers differ
+                    hidden = self.drafter(**inputs, block_layout=batch.layout(dense=not self.block_attention).to(dev))
             final_flat = self._flat_teacher(seqs, batch.context.shape[1]) if self.spec.needs_teacher else None
             on_dev = blocks.BlockBatch(batch.context, batch.block_ids, batch.position_ids, batch.ctx_visible,
                                        batch.labels.to(dev), batch.weights.to(dev), batch.teacher_rows.to(dev),

@@ -22,18 +22,17 @@ from ..hidden.store import load_sequences, read_index
 from ..io import temp_beside, write_json, write_tsv
 from ..target.info import TargetInfo
 from ..target.load import load_config, load_tokenizer
-from ..target.weights import load_io_weights, load_layer_weights
+from ..target.weights import load_io_weights
 from . import dist
 from .checkpoint import fingerprint
+from .init_target import init_from_target
 from .loop import Resume, train
 from .model import (
     DRAFTER_FILES,
     build_drafter,
     drafter_config,
-    init_from_target,
     mask_token_id,
     save_drafter,
-    target_init_layers,
 )
 from .step import use_bf16
 
@@ -57,7 +56,7 @@ def _train(params, dp, tp, world, model_dir, info_file, hidden, out, state, metr
         raise ValueError(f"train.batch_size ({tp.batch_size}) must be a multiple of processes ({world.size}) "
                          f"x train.grad_accum ({tp.grad_accum})")
     tok = load_tokenizer(model_dir)
-    mask_id = mask_token_id(tok, dp.mask_token)
+    mask_id = mask_token_id(tok, dp.mask_token, info.vocab_size)
     embed_w, head_w = load_io_weights(model_dir)
     train_seqs = load_sequences(hidden, "train")
     val_seqs = load_sequences(hidden, "val")
@@ -66,8 +65,9 @@ def _train(params, dp, tp, world, model_dir, info_file, hidden, out, state, metr
     config = drafter_config(load_config(model_dir), dp, info.target_layer_ids, mask_id)
     drafter = build_drafter(config, tp.seed)
     if tp.init == "target":
-        layers = target_init_layers(info.num_hidden_layers, info.target_layer_ids, dp.num_layers)
-        init_from_target(drafter, *load_layer_weights(model_dir, layers))
+        lines = init_from_target(drafter, model_dir, info)
+        if world.main:
+            print("\n".join(f"train: init {line}" for line in lines), flush=True)
     resume = Resume(state, fingerprint(tp.model_dump(), dp.model_dump(), index), tp.checkpoint_every,
                     tp.keep_checkpoints)
     t0 = time.perf_counter()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..config import DrafterParams, TargetParams
 from ..io import read_json, write_json
-from .load import TargetError, load_config, load_tokenizer
+from .layout import describe_layers, eos_ids
+from .load import TargetError, load_config, load_tokenizer, model_path
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -36,11 +37,22 @@ class TargetInfo:
     target_layer_ids: list[int]
     eos_token_ids: list[int]
     dtype: str
+    attention: str  # gqa | mla
+    layer_types: list[str]  # per layer: full_attention | linear_attention | sliding_attention
+    mlp_types: list[str]  # per layer: dense | moe
 
     @classmethod
     def load(cls, path: str | Path) -> "TargetInfo":
         data = read_json(path)
+        missing = [k for k in cls.__dataclass_fields__ if k not in data]
+        if missing:
+            raise TargetError(f"{path}: no {missing} (written by an older target stage: `dvc repro -f target`)")
         return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+    @property
+    def hybrid(self) -> bool:
+        """Some layers keep a recurrent state instead of past keys (Gated DeltaNet)."""
+        return any(t == "linear_attention" for t in self.layer_types)
 
 
 def choose_layers(drafter: DrafterParams, num_layers: int) -> list[int]:
@@ -56,20 +68,23 @@ def choose_layers(drafter: DrafterParams, num_layers: int) -> list[int]:
 
 
 def describe(model_dir: Path, target: TargetParams, drafter: DrafterParams, provenance: dict) -> dict:
-    config = load_config(model_dir)
+    from .load import load_checkpoint_config
+
+    checkpoint = load_checkpoint_config(model_dir)
+    config = load_config(model_dir)  # the text model's
     tok = load_tokenizer(model_dir)
     n = int(config.num_hidden_layers)
-    eos = config.eos_token_id if config.eos_token_id is not None else tok.eos_token_id
-    eos_ids = sorted({int(e) for e in (eos if isinstance(eos, list) else [eos])} | {int(tok.eos_token_id)})
     return {
-        "architecture": (config.architectures or [type(config).__name__])[0],
-        "model_type": config.model_type,
+        "architecture": (checkpoint.architectures or [type(checkpoint).__name__])[0],
+        "model_type": config.model_type,  # the text model's (qwen3_5_text, deepseek_v3)
+        "checkpoint_model_type": checkpoint.model_type,  # what config.json declares (qwen3_5, kimi_k25)
         "num_hidden_layers": n,
         "hidden_size": int(config.hidden_size),
         "vocab_size": int(config.vocab_size),
         "target_layer_ids": choose_layers(drafter, n),
-        "eos_token_ids": eos_ids,
+        "eos_token_ids": eos_ids(model_path(model_dir), config, tok),
         "dtype": target.dtype,
+        **describe_layers(config),
         "provenance": provenance,
     }
 

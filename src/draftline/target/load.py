@@ -29,6 +29,15 @@ def model_path(model_dir: str | Path) -> Path:
 
 
 def load_config(model_dir: str | Path):
+    """The text model's config (a multimodal checkpoint's `text_config`): what every stage
+    means by the target."""
+    from .layout import text_config
+
+    return text_config(load_checkpoint_config(model_dir))
+
+
+def load_checkpoint_config(model_dir: str | Path):
+    """config.json as the checkpoint declares it (a multimodal wrapper's, for Qwen3.6 and Kimi)."""
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(model_path(model_dir))
@@ -49,16 +58,44 @@ def load_model(model_dir: str | Path, dtype: str = "float32", device: torch.devi
     this process sees (accelerate), for a target larger than one device; its inputs then
     go to `model.device`, the first one."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
 
     kw = {"device_map": device_map} if device_map else {}
-    model = AutoModelForCausalLM.from_pretrained(
-        model_path(model_dir), dtype=getattr(torch, dtype), attn_implementation="sdpa", **kw)
+    config = load_checkpoint_config(model_dir)
+    if type(config) not in AutoModelForCausalLM._model_mapping:
+        # A wrapper transformers has no text-only class for (Kimi K2.x): load its text model
+        # alone, under the text config, with the checkpoint's prefixes mapped onto it; the
+        # vision tower's tensors are never read.
+        kw |= {"config": config.get_text_config(decoder=True), "key_mapping": text_key_mapping(model_dir)}
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # the skipped vision tensors would print a report of hundreds of lines
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path(model_dir), dtype=getattr(torch, dtype), attn_implementation="sdpa", **kw)
+    finally:
+        logging.set_verbosity(verbosity)
     if not device_map:
         model = model.to(device)
     head = model.get_output_embeddings()
     if head is not None:
         head.register_forward_pre_hook(_contiguous_input)
     return model.eval().requires_grad_(False)
+
+
+def text_key_mapping(model_dir: str | Path) -> dict[str, str]:
+    """Checkpoint prefix -> the causal LM's, from where the embedding sits: Moonshot's
+    `language_model.model.*` and `language_model.lm_head.*` become `model.*` and `lm_head.*`."""
+    import re
+
+    from .weights import Tensors
+
+    t = Tensors(model_dir)
+    emb = t.find("embed_tokens.weight")
+    if emb is None:
+        raise TargetError(f"{t.path}: no '*embed_tokens.weight' tensor in the checkpoint")
+    base = emb[: -len("embed_tokens.weight")]  # e.g. language_model.model.
+    outer = base[: -len("model.")] if base.endswith("model.") else base
+    return {f"^{re.escape(base)}": "model.", f"^{re.escape(outer)}lm_head\\.": "lm_head."}
 
 
 def _contiguous_input(module, args):

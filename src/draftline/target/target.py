@@ -12,13 +12,14 @@ import click
 from ..command import path_option, run_stage
 from ..io import remove
 from .info import choose_layers, describe, write_info
+from .layout import text_config
 from .materialize import materialize, source_config
 
 
 def run(params, model: Path, info_file: Path) -> None:
     # Params that depend on the target are checked against its config first, before the
     # conversion or copy spends minutes (or downloads gigabytes) for nothing.
-    choose_layers(params.drafter, int(source_config(params.target).num_hidden_layers))
+    choose_layers(params.drafter, int(text_config(source_config(params.target)).num_hidden_layers))
     prov = materialize(params.target, model)
     try:
         info = describe(model, params.target, params.drafter, prov)
@@ -27,8 +28,9 @@ def run(params, model: Path, info_file: Path) -> None:
         # Both outputs or neither: a model folder without its info is a half-run stage.
         remove(model)
         raise
-    print(f"target: {info['architecture']} with {info['num_hidden_layers']} layers, hidden {info['hidden_size']}, "
-          f"drafter reads layers {info['target_layer_ids']}")
+    kinds = sorted({f"{a.split('_')[0]}/{m}" for a, m in zip(info["layer_types"], info["mlp_types"])})
+    print(f"target: {info['architecture']} with {info['num_hidden_layers']} layers ({', '.join(kinds)}; "
+          f"{info['attention']}), hidden {info['hidden_size']}, drafter reads layers {info['target_layer_ids']}")
 
 
 @click.command("target")

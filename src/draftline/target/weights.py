@@ -12,7 +12,13 @@ from pathlib import Path
 import torch
 
 from ..io import read_json
+from .layout import NOT_TEXT
 from .load import TargetError, model_path
+
+
+def is_other_tower(key: str) -> bool:
+    """A tensor of the vision tower, its projector or an MTP head: never the text model's."""
+    return any(part in key for part in NOT_TEXT)
 
 
 class Tensors:
@@ -34,7 +40,7 @@ class Tensors:
                 self.weight_map = {k: single.name for k in f.keys()}
 
     def find(self, suffix: str) -> str | None:
-        keys = sorted(k for k in self.weight_map if k.endswith(suffix) and "mtp" not in k and "visual" not in k)
+        keys = sorted(k for k in self.weight_map if k.endswith(suffix) and not is_other_tower(k))
         return min(keys, key=len) if keys else None
 
     def read(self, key: str) -> torch.Tensor:
@@ -58,39 +64,38 @@ def load_io_weights(model_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     return embed, head
 
 
-# A drafter layer's tensors that a dense Llama/Qwen-style target layer has under the same
-# names; q_norm/k_norm (Qwen3 only) are copied when present.
+# The tensors of a decoder layer that can seed a drafter layer (z-lab's drafter is Qwen3
+# attention + a SwiGLU MLP), under a dense Llama/Qwen layer's names; MoE layers offer their
+# shared expert. Whatever a layer lacks (linear attention, MLA, routed experts) is simply
+# absent, and drafter/init_target.py decides what to do instead.
 LAYER_TENSORS = ("input_layernorm.weight", "post_attention_layernorm.weight",
                  "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-                 "mlp.down_proj.weight")
-OPTIONAL_LAYER_TENSORS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+                 "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+                 "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                 "mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight",
+                 "mlp.shared_experts.down_proj.weight")
 
 
-def load_layer_weights(model_dir: str | Path, layers: list[int]) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
-    """Decoder layers `layers` of the target (tensor name within the layer -> tensor) and
-    its final norm, read by name."""
-    t = Tensors(model_dir)
-    out = []
-    for i in layers:
-        prefix = next((k[: k.index(f"layers.{i}.") + len(f"layers.{i}.")] for k in sorted(t.weight_map, key=len)
-                       if f"layers.{i}.input_layernorm.weight" in k and "mtp" not in k and "visual" not in k), None)
-        if prefix is None:
-            raise TargetError(f"{t.path}: no decoder layer {i} ('*layers.{i}.input_layernorm.weight')")
-        scaled = sorted(k for k in t.weight_map if k.startswith(prefix) and "scale" in k.rsplit(".", 1)[-1])
-        if scaled:  # FP8/INT block-quantized weights: copying them raw would be garbage
-            raise TargetError(f"{t.path}: layer {i} is quantized ('{scaled[0]}'); train.init: target needs "
-                              "unquantized weights (use train.init: random)")
-        layer = {}
-        for name in LAYER_TENSORS + OPTIONAL_LAYER_TENSORS:
-            if prefix + name in t.weight_map:
-                layer[name] = t.read(prefix + name)
-            elif name in LAYER_TENSORS:
-                # MoE layers, fused projections: not a dense layer this copy understands.
-                raise TargetError(f"{t.path}: layer {i} has no '{prefix + name}'; train.init: target needs "
-                                  "dense decoder layers with separate q/k/v and gate/up/down projections")
-        out.append(layer)
-    norm_key = t.find("model.norm.weight") or t.find("norm.weight")
-    if norm_key is None:
+def layer_prefix(t: Tensors, i: int) -> str:
+    prefix = next((k[: k.index(f"layers.{i}.") + len(f"layers.{i}.")] for k in sorted(t.weight_map, key=len)
+                   if f"layers.{i}.input_layernorm.weight" in k and not is_other_tower(k)), None)
+    if prefix is None:
+        raise TargetError(f"{t.path}: no decoder layer {i} ('*layers.{i}.input_layernorm.weight')")
+    return prefix
+
+
+def read_layer(t: Tensors, i: int, names: tuple[str, ...] = LAYER_TENSORS) -> dict[str, torch.Tensor]:
+    """Decoder layer i's tensors of `names` that it has (name within the layer -> tensor)."""
+    prefix = layer_prefix(t, i)
+    scaled = sorted(k for k in t.weight_map if k.startswith(prefix) and "scale" in k.rsplit(".", 1)[-1])
+    if scaled:  # FP8/INT block-quantized weights: copying them raw would be garbage
+        raise TargetError(f"{t.path}: layer {i} is quantized ('{scaled[0]}'); train.init: target needs "
+                          "unquantized weights (use train.init: random)")
+    return {name: t.read(prefix + name) for name in names if prefix + name in t.weight_map}
+
+
+def final_norm(t: Tensors) -> torch.Tensor:
+    key = t.find("model.norm.weight") or t.find("language_model.norm.weight") or t.find(".norm.weight")
+    if key is None:
         raise TargetError(f"{t.path}: no final norm ('*norm.weight')")
-    return out, t.read(norm_key)
+    return t.read(key)
