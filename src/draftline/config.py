@@ -370,11 +370,32 @@ class TokenizeParams(Section):
 class ExtractParams(Section):
     # Tokens per forward pass (rows are batched by length up to this budget).
     batch_tokens: PositiveInt = 8192
-    # Tokens per safetensors shard: a few large files, not one per sample.
-    shard_tokens: PositiveInt = 262144
+    # Bytes per safetensors shard, whatever the width (a 27B target's 61 KB per token and a
+    # 135M one's 3.5 KB both make ~2 GB files): a few large files, not one per sample, and
+    # a kill loses at most one shard per rank.
+    shard_bytes: Annotated[int, Field(ge=1024)] = 2_000_000_000
     # The target's compute dtype here (stored states are bf16 either way); auto as in
     # regenerate.dtype.
     dtype: BatchDtype = "auto"
+    # What the KL teacher is stored as: the final (post-norm) state, hidden x 2 bytes a
+    # token; the target's top_k token ids and log-probabilities, top_k x 6 bytes (train's
+    # kl_top_k must not exceed it); or none (train.loss: ce), which also stops the
+    # forward after the deepest captured layer.
+    teacher: Literal["final", "top_k", "none"] = "final"
+    top_k: PositiveInt = 32
+    # Where the shards go: null = inside the stage's output folder (DVC caches them); a
+    # folder (a large local or shared filesystem) keeps them out of the DVC cache, which
+    # then versions only the index and the manifest of sizes and SHA-256s.
+    shard_dir: str | None = None
+    # Refuse to start unless the remaining shards x (1 + margin) fit in the free space.
+    free_space_margin: Annotated[float, Field(ge=0)] = 0.05
+    # transformers: this process runs the target (torchrun for data parallel, --target-
+    # device-map auto across a rank's GPUs); vllm: vLLM's extract_hidden_states method
+    # (the `gpu` extra), for targets that need its tensor parallelism (1T MoE).
+    backend: Literal["transformers", "vllm"] = "transformers"
+    vllm_tensor_parallel_size: PositiveInt = 1
+    # Per-request files vLLM writes before they are packed into shards (fast local disk).
+    vllm_storage: str = "/dev/shm/draftline-hidden"
 
 
 class TrainParams(Section):
@@ -477,6 +498,17 @@ class Params(Section):
     extract: ExtractParams = ExtractParams()
     train: TrainParams = TrainParams()
     benchmark: BenchmarkParams = BenchmarkParams()
+
+    @model_validator(mode="after")
+    def _teacher_stored(self):
+        # Across two stages' keys, so checked where the whole file is (the check stage).
+        t, e = self.train, self.extract
+        if t.loss != "ce" and e.teacher == "none":
+            raise ValueError(f"train.loss: {t.loss} needs a stored teacher, but extract.teacher is none")
+        if t.loss != "ce" and e.teacher == "top_k" and (t.kl_top_k is None or t.kl_top_k > e.top_k):
+            raise ValueError(f"train.kl_top_k: {t.kl_top_k} needs the teacher's top {t.kl_top_k}, but extract stores "
+                             f"its top {e.top_k} (extract.top_k)")
+        return self
 
 
 def _format(err: ValidationError, source: str) -> str:

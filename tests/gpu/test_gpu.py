@@ -15,8 +15,8 @@ from draftline.decode.chain import plain, speculative
 from draftline.drafter import dist
 from draftline.drafter.loop import train
 from draftline.drafter.step import Step
-from draftline.hidden.capture import extract
-from draftline.hidden.store import ShardWriter, load_sequences
+from draftline.hidden.extract import extract_in_process
+from draftline.hidden.store import load_sequences
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +37,7 @@ def _rows(n: int, seed: int) -> list[dict]:
 
 def _extract(target, rows, folder, device):
     model = copy.deepcopy(target).to(device)
-    extract(model, rows, LAYERS, ShardWriter(folder, 4096, {"target_layer_ids": LAYERS}), 256, 0)
+    extract_in_process(model, rows, LAYERS, folder, 256, 0, shard_bytes=4096 * 5000)
     return load_sequences(folder)
 
 

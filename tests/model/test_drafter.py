@@ -12,8 +12,8 @@ from draftline.decode.acceptance import tau
 from draftline.decode.chain import greedy, speculative
 from draftline.drafter.loop import train
 from draftline.drafter.model import build_drafter, drafter_config, load_drafter, mask_token_id
-from draftline.hidden.capture import extract
-from draftline.hidden.store import ShardWriter, load_sequences
+from draftline.hidden.extract import extract_in_process
+from draftline.hidden.store import load_sequences
 from draftline.regenerate.drive import converse
 from draftline.regenerate.hf_backend import HFBackend
 from draftline.sequences.loss_mask import encode
@@ -35,8 +35,7 @@ def trained(tmp_path_factory, target_model, tokenizer):
         rows.append({"id": f"r{i}", "split": "train", "input_ids": e.input_ids, "loss_mask": e.loss_mask})
     layers = [15]
     hid = tmp_path_factory.mktemp("hidden")
-    extract(target_model, rows, layers, ShardWriter(hid, 10_000, {"target_layer_ids": layers}), 4096,
-            tokenizer.eos_token_id)
+    extract_in_process(target_model, rows, layers, hid, 4096, tokenizer.eos_token_id)
     seqs = load_sequences(hid)
     mask_id = mask_token_id(tokenizer, dp.mask_token, target_model.config.vocab_size)
     cfg = drafter_config(target_model.config, dp, layers, mask_id)

@@ -3,16 +3,9 @@
 import pytest
 import torch
 
-from draftline.hidden.capture import batches_by_length, extract
-from draftline.hidden.store import ShardWriter, load_sequences, read_index
-
-
-def test_batches_respect_token_budget():
-    lengths = [5, 50, 7, 48, 30, 6]
-    batches = batches_by_length(lengths, 100)
-    assert sorted(i for b in batches for i in b) == list(range(6))
-    for b in batches:
-        assert max(lengths[i] for i in b) * len(b) <= 100 or len(b) == 1
+from draftline.hidden.extract import extract_in_process
+from draftline.hidden.plan import PlanError
+from draftline.hidden.store import load_sequences, read_index
 
 
 def test_shards_hold_target_states(tmp_path, target_model, tokenizer):
@@ -22,8 +15,8 @@ def test_shards_hold_target_states(tmp_path, target_model, tokenizer):
         ids = tokenizer(t)["input_ids"]
         rows.append({"id": f"r{i}", "split": "train", "input_ids": ids, "loss_mask": [1] * len(ids)})
     layers = [3, 15]
-    stats = extract(target_model, rows, layers, ShardWriter(tmp_path, 8, {"target_layer_ids": layers}), 64,
-                    tokenizer.eos_token_id)
+    # 3 x 576 bf16 columns + ids + mask = 3461 bytes a token: 30,000 bytes is 8 tokens a shard
+    stats = extract_in_process(target_model, rows, layers, tmp_path, 64, tokenizer.eos_token_id, shard_bytes=30_000)
     assert stats["shards"] >= 2 and stats["tokens"] == sum(len(r["input_ids"]) for r in rows)
     assert read_index(tmp_path)["target_layer_ids"] == layers
     seqs = {s.id: s for s in load_sequences(tmp_path)}
@@ -51,7 +44,7 @@ def test_teacher_distribution_equals_target_logits(tmp_path, target_dir, target_
             {"role": "assistant", "content": "def reverse(xs):\n    return xs[::-1]"}]
     ids = tokenizer.apply_chat_template(conv, tokenize=True, return_dict=True)["input_ids"]
     rows = [{"id": "c", "split": "train", "input_ids": ids, "loss_mask": [1] * len(ids)}]
-    extract(target_model, rows, [15], ShardWriter(tmp_path, 10_000, {"target_layer_ids": [15]}), 4096, 0)
+    extract_in_process(target_model, rows, [15], tmp_path, 4096, 0)
     (s,) = load_sequences(tmp_path)
     _, head = load_io_weights(target_dir)
     assert torch.equal(head, target_model.get_output_embeddings().weight)
@@ -64,9 +57,7 @@ def test_teacher_distribution_equals_target_logits(tmp_path, target_dir, target_
     assert (p.argmax(-1) == logits.argmax(-1)).float().mean() >= 0.97
 
 
-def test_a_repeated_sequence_id_is_refused(tmp_path):
-    w = ShardWriter(tmp_path, 1000, {})
-    t = torch.zeros(3, 4)
-    w.add("a", "train", t, t, torch.zeros(3, dtype=torch.long), torch.ones(3))
-    with pytest.raises(ValueError, match="sequence id 'a' appears twice"):
-        w.add("a", "train", t, t, torch.zeros(3, dtype=torch.long), torch.ones(3))
+def test_a_repeated_sequence_id_is_refused(tmp_path, target_model):
+    rows = [{"id": "a", "split": "train", "input_ids": [1, 2, 3], "loss_mask": [1, 1, 1]}] * 2
+    with pytest.raises(PlanError, match="sequence id 'a' appears twice"):
+        extract_in_process(target_model, rows, [3], tmp_path, 64, 0)

@@ -16,8 +16,7 @@ from conftest import ROOT
 from safetensors.torch import load_file
 
 from draftline.config import DrafterParams, TargetParams
-from draftline.hidden.capture import extract
-from draftline.hidden.store import ShardWriter
+from draftline.hidden.extract import extract_in_process
 from draftline.target.info import describe
 
 pytestmark = pytest.mark.slow
@@ -56,8 +55,7 @@ def base(tmp_path_factory, target_dir, target_model, tokenizer):
         rows.append({"id": f"r{i:02d}", "split": "val" if i >= 10 else "train", "input_ids": e.input_ids,
                      "loss_mask": e.loss_mask})
     layers = info["target_layer_ids"]
-    extract(target_model, rows, layers, ShardWriter(root / "data" / "hidden", 10_000, {"target_layer_ids": layers}),
-            4096, tokenizer.eos_token_id)
+    extract_in_process(target_model, rows, layers, root / "data" / "hidden", 4096, tokenizer.eos_token_id)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["drafter"] = {**params["drafter"], "num_layers": 1, "block_size": 4}
     params["train"] = {**params["train"], "num_anchors": 16, "batch_size": 4, "grad_accum": 1, "epochs": 12,

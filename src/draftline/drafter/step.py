@@ -42,8 +42,14 @@ class Step:
         """Top-k teacher rows of a sequence, computed on first use and kept: a top-k KL step
         then costs what a CE step costs (no teacher head pass per step)."""
         if seq.id not in self._teachers:
-            with torch.no_grad():
-                self._teachers[seq.id] = top_k_teacher(seq.final.to(self.device), self.lm_head_c, self.spec.top_k)
+            if seq.topk_ids is not None:  # stored by extract (extract.teacher: top_k), best first
+                k = self.spec.top_k
+                self._teachers[seq.id] = SparseTeacher(seq.topk_ids[:, :k].to(self.device),
+                                                       seq.topk_logprobs[:, :k].to(self.device))
+            else:
+                with torch.no_grad():
+                    self._teachers[seq.id] = top_k_teacher(seq.final.to(self.device), self.lm_head_c,
+                                                           self.spec.top_k)
         return self._teachers[seq.id]
 
     def _flat_teacher(self, seqs, L: int):

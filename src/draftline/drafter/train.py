@@ -52,6 +52,11 @@ def _train(params, dp, tp, world, model_dir, info_file, hidden, out, state, metr
     if index["target_layer_ids"] != info.target_layer_ids:
         raise ValueError(f"{hidden}: extracted layers {index['target_layer_ids']} differ from "
                          f"{info.target_layer_ids} in {info_file}; rerun extract")
+    stored = index.get("teacher", "final")
+    if tp.loss != "ce" and (stored == "none" or stored == "top_k" and (tp.kl_top_k or 1 << 62) > index["top_k"]):
+        have = "no teacher" if stored == "none" else f"the teacher's top {index['top_k']}"
+        raise ValueError(f"train.loss: {tp.loss} with train.kl_top_k: {tp.kl_top_k}, but {hidden} holds {have} "
+                         "(extract.teacher, extract.top_k); rerun extract or train with loss: ce")
     if tp.batch_size % (world.size * tp.grad_accum):
         raise ValueError(f"train.batch_size ({tp.batch_size}) must be a multiple of processes ({world.size}) "
                          f"x train.grad_accum ({tp.grad_accum})")

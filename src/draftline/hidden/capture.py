@@ -1,67 +1,92 @@
-"""Run the target over tokenized rows and keep the hidden states the drafter needs.
+"""Run the target over a batch of rows and keep only what the drafter's training reads.
 
-Calls the base model (no LM head): extraction must not compute 49K-wide logits it then
-throws away. Rows are sorted by length and batched up to a token budget, right-padded
-(with a causal model, padding on the right never changes the real tokens' states).
+Forward hooks on the decoder layers at `target_layer_ids` take their outputs (what
+transformers reports as `hidden_states[i + 1]`); no other layer's states are kept. The
+final state (after the final norm) or the teacher's top-k come from the base model's
+output; with no teacher stored the forward stops after the deepest captured layer, so
+the layers above it never run. The LM head never runs on the whole vocabulary at once:
+its logits are taken in row chunks.
+
+Rows are right-padded (with a causal model, padding on the right never changes the real
+tokens' states).
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from ..progress import bar
-from .features import context_features
-from .store import ShardWriter
+from .plan import Record
+
+HEAD_ROWS = 1024  # LM-head rows per chunk: 1024 x 248K fp32 logits is 1 GB
 
 
-def batches_by_length(lengths: list[int], batch_tokens: int) -> list[list[int]]:
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    out, cur = [], []
-    for i in order:
-        width = max([lengths[j] for j in cur] + [lengths[i]])
-        if cur and width * (len(cur) + 1) > batch_tokens:
-            out.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        out.append(cur)
-    return out
+class _Stop(Exception):
+    """Raised by the deepest hook when nothing above it is needed."""
 
 
-@torch.inference_mode()
-def extract(model, rows: list[dict], layer_ids: list[int], writer: ShardWriter, batch_tokens: int,
-            pad_id: int) -> dict:
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    lengths = [len(r["input_ids"]) for r in rows]
-    batches = batches_by_length(lengths, batch_tokens)
-    pb = bar(sum(lengths), "extract", unit="tok")
-    t0 = time.perf_counter()
-    padded = 0
-    for b in batches:
-        width = max(lengths[i] for i in b)
-        ids = torch.full((len(b), width), pad_id, dtype=torch.long)
-        attn = torch.zeros((len(b), width), dtype=torch.long)
-        for j, i in enumerate(b):
-            ids[j, : lengths[i]] = torch.tensor(rows[i]["input_ids"])
-            attn[j, : lengths[i]] = 1
-        padded += ids.numel()
-        out = base(input_ids=ids.to(model.device), attention_mask=attn.to(model.device),
-                   output_hidden_states=True, use_cache=False)
-        # One copy per batch off the GPU (the shards are written from host memory), in the
-        # stored dtype: half the bytes of float32 over the bus.
-        ctx = context_features(out.hidden_states, layer_ids).to("cpu", torch.bfloat16)
-        final = out.last_hidden_state.to("cpu", torch.bfloat16)  # after the final norm: lm_head(final) = the logits
-        for j, i in enumerate(b):
-            n = lengths[i]
-            writer.add(rows[i]["id"], rows[i]["split"], ctx[j, :n], final[j, :n],
-                       torch.tensor(rows[i]["input_ids"]), torch.tensor(rows[i]["loss_mask"]))
-        pb.update(sum(lengths[i] for i in b))
-    pb.close()
-    writer.close()
-    elapsed = time.perf_counter() - t0
-    total = sum(lengths)
-    return {"rows": len(rows), "tokens": total, "padding_fraction": round(1 - total / max(padded, 1), 4),
-            "seconds": round(elapsed, 2), "tokens_per_second": round(total / max(elapsed, 1e-9), 1),
-            "shards": len(writer.shards)}
+def decoder_layers(base) -> torch.nn.ModuleList:
+    for name in ("layers", "h", "blocks"):
+        if isinstance(getattr(base, name, None), torch.nn.ModuleList):
+            return getattr(base, name)
+    raise ValueError(f"extract: {type(base).__name__} has no list of decoder layers")
+
+
+class Capture:
+    """capture(input_ids, attention_mask) -> (states [b, T, C] bf16, top-k ids, top-k logprobs)."""
+
+    def __init__(self, model, layer_ids: list[int], record: Record):
+        self.model, self.layer_ids, self.record = model, list(layer_ids), record
+        self.base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        self.head = model.get_output_embeddings()
+        layers = decoder_layers(self.base)
+        self._got: dict[int, torch.Tensor] = {}
+        self._stop_at = max(self.layer_ids) if record.teacher == "none" else None
+        self._hooks = [layers[i].register_forward_hook(self._hook(i)) for i in sorted(set(self.layer_ids))]
+
+    def _hook(self, i: int):
+        def keep(module, args, output):
+            self._got[i] = output[0] if isinstance(output, tuple) else output
+            if i == self._stop_at:
+                raise _Stop
+        return keep
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+    @torch.inference_mode()
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        self._got.clear()
+        dev = self.model.device
+        final = None
+        try:
+            out = self.base(input_ids=input_ids.to(dev), attention_mask=attention_mask.to(dev), use_cache=False)
+            final = out.last_hidden_state  # after the final norm: lm_head(final) = the logits
+        except _Stop:
+            pass
+        parts = [self._got[i].to(torch.bfloat16) for i in self.layer_ids]
+        if self.record.teacher == "final":
+            parts.append(final.to(torch.bfloat16))
+        states = torch.cat(parts, dim=-1)
+        self._got.clear()
+        if self.record.teacher != "top_k":
+            return states, None, None
+        ids, logp = self.top_k(final.reshape(-1, final.shape[-1]))
+        b, t = input_ids.shape
+        return states, ids.view(b, t, -1), logp.view(b, t, -1)
+
+    def top_k(self, final: torch.Tensor):
+        return top_k_logprobs(self.head, final, self.record.top_k)
+
+
+def top_k_logprobs(head, final: torch.Tensor, k: int):
+    """The teacher's k most likely tokens and their log-probabilities over the whole
+    vocabulary, from the final state at the model's own precision (before bf16 storage)."""
+    ids = torch.empty(final.shape[0], k, dtype=torch.int32, device=final.device)
+    logp = torch.empty(final.shape[0], k, dtype=torch.float32, device=final.device)
+    for s in range(0, final.shape[0], HEAD_ROWS):
+        logits = head(final[s : s + HEAD_ROWS]).float()
+        top = logits.topk(k, dim=-1)
+        logp[s : s + HEAD_ROWS] = top.values - torch.logsumexp(logits, -1, keepdim=True)
+        ids[s : s + HEAD_ROWS] = top.indices.to(torch.int32)
+    return ids, logp

@@ -1,6 +1,7 @@
-"""The drafter's context features: the target's hidden states at `target_layer_ids`,
-concatenated along the hidden axis. One definition for extraction (training data) and
-decoding (the benchmark), so the drafter is trained on what it is served."""
+"""The drafter's context features at decoding time: the target's hidden states at
+`target_layer_ids`, concatenated along the hidden axis. Extraction takes the same states
+with hooks on those layers (capture.py); a test holds the two equal, so the drafter is
+trained on what it is served."""
 
 from __future__ import annotations
 

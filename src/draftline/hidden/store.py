@@ -1,66 +1,37 @@
-"""Hidden-state shards: a few large safetensors files plus one index.
+"""Reading the extract stage's output: index.json, manifest.json and the shards.
 
-Each shard holds, for many rows packed end to end along the token axis:
-  context   [tokens, len(layer_ids) * hidden]  bf16  target states at the chosen layers
-  final     [tokens, hidden]                   bf16  final (post-norm) state, for teacher logits
-  input_ids [tokens] int32, loss_mask [tokens] uint8
-The index maps a row to (shard, offset, length). Thousands of rows per file keep DVC and
-the filesystem fast; per-sample files are what makes peers' extractions take days to copy.
+Each shard (shard_file.py) holds, for many rows packed end to end along the token axis:
+  input_ids [T] int32, loss_mask [T] uint8
+  states    [T, C] bf16   the target's states at `target_layer_ids`, side by side, then the
+                          final (post-norm) state when `teacher` is "final"
+  topk_ids [T, k] int32, topk_logprobs [T, k] bf16   when `teacher` is "top_k"
+index.json maps a row to (shard, offset, length); manifest.json gives each shard's size
+and xxh3-128 hash. Thousands of rows per file keep DVC and the filesystem fast; per-sample files
+are what makes peers' extractions take days to copy.
+
+Where the shards are: beside the index, or in the folder the index names (`shard_dir`,
+shards kept out of the DVC cache); `DRAFTLINE_SHARD_DIR` points elsewhere, for a colleague
+who copied them to another path.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import xxhash
 from safetensors import safe_open
-from safetensors.torch import save_file
 
-from ..io import atomic_path, read_json, write_json
+from ..io import read_json
 
 INDEX = "index.json"
+MANIFEST = "manifest.json"
 
 
-class ShardWriter:
-    def __init__(self, folder: Path, shard_tokens: int, meta: dict):
-        self.folder, self.shard_tokens, self.meta = folder, shard_tokens, meta
-        self.rows: list[dict] = []
-        self._ids: set[str] = set()
-        self.buf: dict[str, list[torch.Tensor]] = {"context": [], "final": [], "input_ids": [], "loss_mask": []}
-        self.buffered = 0
-        self.shards: list[str] = []
-
-    def add(self, row_id: str, split: str, context, final, input_ids, loss_mask) -> None:
-        if row_id in self._ids:  # readers key sequences by id: a repeat would alias two of them
-            raise ValueError(f"extract: sequence id {row_id!r} appears twice")
-        self._ids.add(row_id)
-        n = int(input_ids.shape[0])
-        self.rows.append({"id": row_id, "split": split, "shard": len(self.shards),
-                          "offset": self.buffered, "length": n,
-                          "supervised": int(loss_mask.sum())})
-        self.buf["context"].append(context.to(torch.bfloat16))
-        self.buf["final"].append(final.to(torch.bfloat16))
-        self.buf["input_ids"].append(input_ids.to(torch.int32))
-        self.buf["loss_mask"].append(loss_mask.to(torch.uint8))
-        self.buffered += n
-        if self.buffered >= self.shard_tokens:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.buffered:
-            return
-        name = f"shard-{len(self.shards):05d}.safetensors"
-        tensors = {k: torch.cat(v).contiguous() for k, v in self.buf.items()}
-        with atomic_path(self.folder / name) as tmp:
-            save_file(tensors, str(tmp))
-        self.shards.append(name)
-        self.buf = {k: [] for k in self.buf}
-        self.buffered = 0
-
-    def close(self) -> None:
-        self.flush()
-        write_json(self.folder / INDEX, {**self.meta, "shards": self.shards, "rows": self.rows})
+class ShardsMissing(Exception):
+    pass
 
 
 @dataclass
@@ -68,28 +39,70 @@ class Sequence:
     id: str
     split: str
     context: torch.Tensor  # [T, L*H]
-    final: torch.Tensor  # [T, H]
+    final: torch.Tensor | None  # [T, H]; None when the teacher was stored as top-k or not at all
     input_ids: torch.Tensor  # [T] long
     loss_mask: torch.Tensor  # [T] float
+    topk_ids: torch.Tensor | None = None  # [T, k] long
+    topk_logprobs: torch.Tensor | None = None  # [T, k] float
 
 
 def read_index(folder: Path) -> dict:
-    return read_json(folder / INDEX)
+    return read_json(Path(folder) / INDEX)
+
+
+def shard_folder(folder: Path, index: dict | None = None) -> Path:
+    index = index if index is not None else read_index(folder)
+    if not index.get("shard_dir"):
+        return Path(folder)
+    return Path(os.environ.get("DRAFTLINE_SHARD_DIR") or index["shard_dir"])
+
+
+def check_shards(folder: Path, hashes: bool = False) -> Path:
+    """The shard folder, once every shard of the manifest is there at its size (and, with
+    `hashes`, its xxh3-128 hash); else one line naming the first that is not."""
+    folder = Path(folder)
+    manifest = read_json(folder / MANIFEST)
+    where = shard_folder(folder, manifest)
+    for s in manifest["shards"]:
+        f = where / s["name"]
+        if not f.is_file() or f.stat().st_size != s["bytes"]:
+            found = f"{f.stat().st_size} bytes" if f.is_file() else "missing"
+            raise ShardsMissing(f"{f}: {found}, the manifest says {s['bytes']} bytes; copy the shards there or set "
+                                "DRAFTLINE_SHARD_DIR (docs/real-targets.md, 'Where the hidden states live')")
+        if hashes and file_digest(f) != s["xxh3_128"]:
+            raise ShardsMissing(f"{f}: its xxh3-128 hash differs from the manifest's; the copy is damaged")
+    return where
+
+
+def file_digest(path: Path, chunk: int = 1 << 24) -> str:
+    """xxh3-128, hex: the manifest's hash (`xxhsum -H2` prints the same)."""
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while buf := f.read(chunk):
+            h.update(buf)
+    return h.hexdigest()
 
 
 def load_sequences(folder: Path, split: str | None = None, dtype=torch.float32) -> list[Sequence]:
     """Load rows into memory (the embedded default is tens of MB; a large run streams)."""
+    folder = Path(folder)
     index = read_index(folder)
+    where = check_shards(folder) if (folder / MANIFEST).exists() else shard_folder(folder, index)
+    width = len(index["target_layer_ids"]) * index["hidden_size"]
     by_shard: dict[int, list[dict]] = {}
     for r in index["rows"]:
         if split is None or r["split"] == split:
             by_shard.setdefault(r["shard"], []).append(r)
     out = []
     for s, rows in sorted(by_shard.items()):
-        with safe_open(str(folder / index["shards"][s]), framework="pt") as f:
-            t = {k: f.get_tensor(k) for k in ("context", "final", "input_ids", "loss_mask")}
+        with safe_open(str(where / index["shards"][s]), framework="pt") as f:
+            t = {k: f.get_tensor(k) for k in f.keys()}
         for r in rows:
             sl = slice(r["offset"], r["offset"] + r["length"])
-            out.append(Sequence(r["id"], r["split"], t["context"][sl].to(dtype), t["final"][sl].to(dtype),
-                                t["input_ids"][sl].long(), t["loss_mask"][sl].float()))
+            states = t["states"][sl]
+            final = states[:, width:].to(dtype) if index["teacher"] == "final" else None
+            out.append(Sequence(r["id"], r["split"], states[:, :width].to(dtype), final,
+                                t["input_ids"][sl].long(), t["loss_mask"][sl].float(),
+                                t["topk_ids"][sl].long() if "topk_ids" in t else None,
+                                t["topk_logprobs"][sl].float() if "topk_logprobs" in t else None))
     return out

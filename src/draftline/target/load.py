@@ -53,7 +53,7 @@ def load_tokenizer(model_dir: str | Path):
 
 
 def load_model(model_dir: str | Path, dtype: str = "float32", device: torch.device | str = "cpu",
-               device_map: str | None = None):
+               device_map: str | None = None, max_memory: dict | None = None):
     """The target, frozen, in `dtype`. device_map "auto" spreads its layers over every GPU
     this process sees (accelerate), for a target larger than one device; its inputs then
     go to `model.device`, the first one."""
@@ -61,6 +61,8 @@ def load_model(model_dir: str | Path, dtype: str = "float32", device: torch.devi
     from transformers.utils import logging
 
     kw = {"device_map": device_map} if device_map else {}
+    if device_map and max_memory:  # one rank's own GPUs (extract under torchrun)
+        kw["max_memory"] = max_memory
     config = load_checkpoint_config(model_dir)
     if type(config) not in AutoModelForCausalLM._model_mapping:
         # A wrapper transformers has no text-only class for (Kimi K2.x): load its text model
