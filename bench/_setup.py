@@ -92,7 +92,7 @@ def eval_prompts() -> list[dict]:
 
 def train_sequences() -> list:
     """The extracted training sequences (ids, loss mask, captured hidden states)."""
-    from draftline.hidden.store import load_sequences
+    from draftline.hidden.reader import load_sequences
 
     return load_sequences(path("hidden"), "train")
 

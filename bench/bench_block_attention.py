@@ -29,7 +29,7 @@ def main() -> None:
     setup = training_setup(BATCHES)
     dp, tp = setup.params.drafter, setup.params.train
     embed_w, head_w, batches, drafter, mask_id = setup.embed_w, setup.head_w, setup.batches, setup.drafter, setup.mask_id
-    head = HeadVocab.frequent(setup.seqs, tp.head_vocab, head_w.shape[0]) if tp.head_vocab else None
+    head = HeadVocab.frequent(((s.id, s.input_ids) for s in setup.seqs), tp.head_vocab, head_w.shape[0]) if tp.head_vocab else None
     lengths = [max(s.input_ids.shape[0] for s in b) for b in batches]
     print(f"loss {tp.loss}, {tp.num_anchors} anchors + {tp.prompt_anchors} prompt anchors, block {dp.block_size}, "
           f"batch {tp.batch_size}, longest sequence per batch {min(lengths)}-{max(lengths)} tokens, "

@@ -35,7 +35,7 @@ def main() -> None:
     d2 = build_drafter(drafter_config(cfg, dp2, info.target_layer_ids, setup.mask_id), tp.seed)
     missing, unexpected = d2.load_state_dict(d1.state_dict(), strict=False)
     assert not unexpected and all("conv" in k or "candidate_selector" in k for k in missing)
-    head = HeadVocab.frequent(setup.seqs, tp.head_vocab or 8192, setup.head_w.shape[0])
+    head = HeadVocab.frequent(((s.id, s.input_ids) for s in setup.seqs), tp.head_vocab or 8192, setup.head_w.shape[0])
     steps = {name: Step(d, setup.embed_w, setup.head_w, p, tp, setup.mask_id, head=head)
              for name, d, p in (("dflash", d1, dp1), ("dflash2", d2, dp2))}
     built = [steps["dflash"].blocks(b, 0, training=True) for b in setup.batches]

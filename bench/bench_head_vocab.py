@@ -30,7 +30,7 @@ def main() -> None:
     embed_w, head_w, seqs, batches, drafter = setup.embed_w, setup.head_w, setup.seqs, setup.batches, setup.drafter
     mask_id = setup.mask_id
     size = tp.head_vocab or 8192
-    head = HeadVocab.frequent(seqs, size, head_w.shape[0])
+    head = HeadVocab.frequent(((s.id, s.input_ids) for s in seqs), size, head_w.shape[0])
     supervised = torch.cat([s.input_ids[s.loss_mask > 0] for s in seqs])
     coverage = float((head.index[supervised] >= 0).float().mean())
     step = Step(drafter, embed_w, head_w, dp, tp, mask_id, head=head)

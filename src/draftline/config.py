@@ -10,6 +10,7 @@ imports nothing else from the project, so every stage can depend on it cheaply.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -451,11 +452,28 @@ class TrainParams(Section):
     # scores, drafter/block_attention.py), sdpa = one dense masked call; auto = blocks on
     # CPU, sdpa on CUDA (flash tiling for long sequences).
     attention: Literal["auto", "blocks", "sdpa"] = "auto"
+    # offline: the features extract stored; online: the frozen target computes them for
+    # each batch inside the training processes, nothing stored (drafter/online.py).
+    features: Literal["offline", "online"] = "offline"
+    # stream: each step's rows read from the memory-mapped shards (bf16, as stored) while the
+    # step before computes, memory bounded by prefetch x batch; memory: every row loaded
+    # up front as fp32. The same training either way (drafter/data.py).
+    loader: Literal["stream", "memory"] = "stream"
+    # Steps read ahead by the stream loader's background thread.
+    prefetch: PositiveInt = 2
+    # Data-parallel processes per node (one per GPU) and nodes: above one process,
+    # `draftline train` starts torchrun itself (drafter/launch.py).
+    processes_per_node: PositiveInt = 1
+    nodes: PositiveInt = 1
+    # host:port of node 0, reachable from every node; nodes > 1 only.
+    master: str | None = None
 
     @model_validator(mode="after")
     def _accum_divides(self) -> "TrainParams":
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum})")
+        if self.nodes > 1 and not re.fullmatch(r"[^\s:]+:\d{1,5}", self.master or ""):
+            raise ValueError(f"master: {self.master!r}; with nodes: {self.nodes} it must be node 0's host:port")
         return self
 
 
@@ -503,6 +521,8 @@ class Params(Section):
     def _teacher_stored(self):
         # Across two stages' keys, so checked where the whole file is (the check stage).
         t, e = self.train, self.extract
+        if t.features == "online":  # the target computes the teacher as it trains
+            return self
         if t.loss != "ce" and e.teacher == "none":
             raise ValueError(f"train.loss: {t.loss} needs a stored teacher, but extract.teacher is none")
         if t.loss != "ce" and e.teacher == "top_k" and (t.kl_top_k is None or t.kl_top_k > e.top_k):

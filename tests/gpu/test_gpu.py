@@ -16,7 +16,7 @@ from draftline.drafter import dist
 from draftline.drafter.loop import train
 from draftline.drafter.step import Step
 from draftline.hidden.extract import extract_in_process
-from draftline.hidden.store import load_sequences
+from draftline.hidden.reader import load_sequences
 
 pytestmark = pytest.mark.gpu
 

@@ -13,7 +13,7 @@ from draftline.decode.chain import greedy, speculative
 from draftline.drafter.loop import train
 from draftline.drafter.model import build_drafter, drafter_config, load_drafter, mask_token_id
 from draftline.hidden.extract import extract_in_process
-from draftline.hidden.store import load_sequences
+from draftline.hidden.reader import load_sequences
 from draftline.regenerate.drive import converse
 from draftline.regenerate.hf_backend import HFBackend
 from draftline.sequences.loss_mask import encode

@@ -5,7 +5,8 @@ import torch
 
 from draftline.hidden.extract import extract_in_process
 from draftline.hidden.plan import PlanError
-from draftline.hidden.store import load_sequences, read_index
+from draftline.hidden.reader import load_sequences
+from draftline.hidden.store import read_index
 
 
 def test_shards_hold_target_states(tmp_path, target_model, tokenizer):

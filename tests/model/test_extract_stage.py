@@ -20,7 +20,8 @@ from conftest import ROOT
 
 from draftline.config import DrafterParams, TargetParams
 from draftline.hidden.plan import Record
-from draftline.hidden.store import ShardsMissing, check_shards, load_sequences
+from draftline.hidden.reader import load_sequences
+from draftline.hidden.store import ShardsMissing, check_shards
 from draftline.io import write_parquet
 from draftline.target.info import describe
 

@@ -1,4 +1,5 @@
-"""The train stage as users run it: killed and resumed, and under torchrun with 2 processes."""
+"""The train stage as users run it: killed and resumed, and under torchrun with 2 processes
+(both with the default loader, rows streamed from the shards), and streamed against loaded."""
 
 import json
 import os
@@ -17,6 +18,7 @@ from safetensors.torch import load_file
 
 from draftline.config import DrafterParams, TargetParams
 from draftline.hidden.extract import extract_in_process
+from draftline.io import write_parquet
 from draftline.target.info import describe
 
 pytestmark = pytest.mark.slow
@@ -56,6 +58,7 @@ def base(tmp_path_factory, target_dir, target_model, tokenizer):
                      "loss_mask": e.loss_mask})
     layers = info["target_layer_ids"]
     extract_in_process(target_model, rows, layers, root / "data" / "hidden", 4096, tokenizer.eos_token_id)
+    write_parquet(root / "data" / "tokens" / "train.parquet", rows)  # what online features read
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["drafter"] = {**params["drafter"], "num_layers": 1, "block_size": 4}
     params["train"] = {**params["train"], "num_anchors": 16, "batch_size": 4, "grad_accum": 1, "epochs": 12,
@@ -91,6 +94,14 @@ def _train(folder: Path, nproc: int = 1) -> dict:
     return json.loads((folder / "data/metrics/train.json").read_text())
 
 
+def _curve(folder: Path, name: str) -> list[tuple[str, str]]:
+    """(step, value) rows of a DVCLive curve (without any timestamp column: those differ)."""
+    lines = (folder / f"data/train_live/plots/metrics/{name}.tsv").read_text().splitlines()
+    head = lines[0].split("\t")
+    at = [head.index("step"), head.index(name.split("/")[-1])]
+    return [tuple(line.split("\t")[i] for i in at) for line in lines[1:]]
+
+
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "data/drafter/model.safetensors"))
 
@@ -122,8 +133,38 @@ def test_killed_run_resumes_to_identical_weights(base, tmp_path, arch):
         assert torch.equal(a[k], b[k]), k  # bitwise on CPU
     # The logs of the resumed run are the uninterrupted run's, step for step.
     assert (whole / "data/plots/train_eval.tsv").read_text() == (cut / "data/plots/train_eval.tsv").read_text()
-    losses = [line.split("\t")[2] for line in (whole / "data/plots/train_steps.tsv").read_text().splitlines()]
-    assert losses == [line.split("\t")[2] for line in (cut / "data/plots/train_steps.tsv").read_text().splitlines()]
+    # Live curves too: each step once, the resumed run's replayed from its checkpoint.
+    assert _curve(whole, "train/loss") == _curve(cut, "train/loss") and len(_curve(cut, "train/loss")) == 36
+    assert _curve(whole, "eval/tau_estimate") == _curve(cut, "eval/tau_estimate")
+    live = json.loads((cut / "data/train_live/metrics.json").read_text())
+    assert live["step"] == 36 and live["train"]["loss"] == float(_curve(whole, "train/loss")[-1][1])
+
+
+@pytest.mark.parametrize("loss", ["kl", "ce"])
+def test_streamed_rows_train_the_same_drafter_as_loaded_rows(base, tmp_path, loss):
+    # kl: the teacher computed from the stored final state; ce: none.
+    loaded = _copy(base, tmp_path / "memory", loss=loss, loader="memory", epochs=3)
+    streamed = _copy(base, tmp_path / "stream", loss=loss, loader="stream", prefetch=3, epochs=3)
+    m1, m2 = _train(loaded), _train(streamed)
+    assert m1["steps"] == m2["steps"] == 9
+    a, b = _weights(loaded), _weights(streamed)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k  # bitwise on CPU
+    assert (loaded / "data/plots/train_eval.tsv").read_text() == (streamed / "data/plots/train_eval.tsv").read_text()
+
+
+def test_online_features_train_as_the_stored_ones_do(base, tmp_path):
+    """train.features: online: the target runs inside the training process; the same steps,
+    losses within bf16 rounding of the features (the target runs in bf16 where the CPU can)."""
+    offline = _copy(base, tmp_path / "offline", loss="kl", epochs=3)
+    online = _copy(base, tmp_path / "online", loss="kl", epochs=3, features="online")
+    shutil.rmtree(online / "data/hidden")  # never read online
+    m_off, m_on = _train(offline), _train(online)
+    assert m_on["steps"] == m_off["steps"] == 9
+    a, b = _curve(offline, "train/loss"), _curve(online, "train/loss")
+    assert [s for s, _ in a] == [s for s, _ in b]
+    assert abs(float(a[0][1]) - float(b[0][1])) <= 0.02 * float(a[0][1]), (a[0], b[0])
 
 
 def test_changed_params_do_not_resume_a_stale_checkpoint(base, tmp_path):
@@ -139,13 +180,15 @@ def test_changed_params_do_not_resume_a_stale_checkpoint(base, tmp_path):
 def test_two_processes_equal_one_with_the_same_global_batch(base, tmp_path, arch):
     # 1 process accumulating 2 micro-batches of 2 == 2 processes of 1 micro-batch of 2.
     one = _copy(base, tmp_path / "one", arch, grad_accum=2, epochs=3)
-    two = _copy(base, tmp_path / "two", arch, grad_accum=1, epochs=3)
     m1 = _train(one)
-    m2 = _train(two, nproc=2)
+    if arch == "dflash":  # the stage starts torchrun itself, from params
+        two = _copy(base, tmp_path / "two", arch, grad_accum=1, epochs=3, processes_per_node=2)
+        m2 = _train(two)
+    else:  # the user's own torchrun line
+        two = _copy(base, tmp_path / "two", arch, grad_accum=1, epochs=3)
+        m2 = _train(two, nproc=2)
     assert m2["processes"] == 2 and m1["processes"] == 1 and m1["steps"] == m2["steps"] == 9
     a, b = _weights(one), _weights(two)
     for k in a:
         assert torch.allclose(a[k], b[k], rtol=0, atol=1e-6), (k, (a[k] - b[k]).abs().max())
-    l1 = [s.split("\t")[2] for s in (one / "data/plots/train_steps.tsv").read_text().splitlines()[1:]]
-    l2 = [s.split("\t")[2] for s in (two / "data/plots/train_steps.tsv").read_text().splitlines()[1:]]
-    assert l1 == l2
+    assert _curve(one, "train/loss") == _curve(two, "train/loss")

@@ -64,7 +64,8 @@ def test_full_run_produces_every_output(repo):
               "data/mix/train.parquet", "data/mix/eval.parquet", "data/regen/answers.parquet",
               "data/tokens/train.parquet", "data/hidden/index.json", "data/drafter/config.json",
               "data/drafter/model.safetensors", "data/drafter/README.md", "data/bench/results.parquet", "dvc.lock",
-              "data/plots/mix.tsv", "data/plots/train_steps.tsv", "data/plots/acceptance.tsv",
+              "data/plots/mix.tsv", "data/train_live/metrics.json", "data/train_live/plots/metrics/train/loss.tsv",
+              "data/plots/acceptance.tsv",
               "data/plots/acceptance_by_position.tsv", "data/plots/train_eval.tsv"]:
         assert (repo / f).exists(), f
     assert not (repo / "data/regen_work").exists()  # resume shards are cleared when done
@@ -259,5 +260,9 @@ def test_a_pull_into_a_fresh_clone_leaves_a_clean_status(repo, tmp_path):
         assert _stale(clone) == set()
         assert (clone / "data/drafter/model.safetensors").read_bytes() == \
             (repo / "data/drafter/model.safetensors").read_bytes()
+        # The drafter as a registered model artifact (dvc.yaml `artifacts:`), fetched by name.
+        got = tmp_path / "artifact"
+        _run(f"dvc artifacts get {repo} drafter -o {got}", tmp_path)
+        assert (got / "model.safetensors").read_bytes() == (repo / "data/drafter/model.safetensors").read_bytes()
     finally:
         _run("dvc remote remove shared && git add -A && git commit -qm unshared", repo)

@@ -15,7 +15,8 @@ from draftline.hidden.capture import Capture
 from draftline.hidden.extract import extract_in_process
 from draftline.hidden.plan import PlanError, Record, assign, batches, check_space, plan
 from draftline.hidden.shard_file import ShardFileWriter
-from draftline.hidden.store import load_sequences, read_index
+from draftline.hidden.reader import load_sequences
+from draftline.hidden.store import read_index
 from draftline.hidden.vllm_files import FinalNorm, VllmFileError, convert, vllm_layer_ids
 
 LAYERS = [0, 2]
@@ -210,6 +211,98 @@ def test_a_top_k_teacher_gives_the_final_states_kl_loss(llama, tmp_path):
         with torch.no_grad():
             losses.append(float(step.loss(seqs, batch)[0]))
     assert losses[0] > 0 and abs(losses[0] - losses[1]) <= 1e-2 * losses[0], losses
+
+
+# -- reading the shards back, row by row --
+
+@pytest.mark.parametrize("teacher", ["final", "top_k"])
+def test_streamed_rows_are_the_loaded_rows_in_their_stored_dtypes(llama, tmp_path, monkeypatch, teacher):
+    from draftline.hidden import reader
+
+    rows = _rows(30)
+    # Shards of a few rows each, and only two open at once: rows come from many mappings.
+    extract_in_process(llama, rows, LAYERS, tmp_path, 256, 0, shard_bytes=20_000, teacher=teacher, top_k=8)
+    assert len(read_index(tmp_path)["shards"]) > 4
+    monkeypatch.setattr(reader, "OPEN_SHARDS", 2)
+    loaded = load_sequences(tmp_path, "train")
+    streamed = reader.ShardRows(tmp_path, "train")
+    assert streamed.ids == [s.id for s in loaded] and streamed.lengths == [len(s.input_ids) for s in loaded]
+    order = list(range(len(loaded)))[::-1] + list(range(len(loaded)))  # back and forth over the shards
+    for i in order:
+        a, b = loaded[i], streamed[i]
+        assert b.context.dtype == torch.bfloat16 and torch.equal(a.context, b.context.float())
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
+        if teacher == "final":
+            assert torch.equal(a.final, b.final.float()) and b.topk_ids is None
+        else:
+            assert b.final is None and torch.equal(a.topk_ids, b.topk_ids)
+            assert torch.equal(a.topk_logprobs, b.topk_logprobs.float())
+    assert len(streamed._open) == 2
+    assert [s.id for s in streamed[3:7]] == streamed.ids[3:7]
+    assert [(i, ids.tolist()) for i, ids in streamed.token_ids()] == [(s.id, s.input_ids.tolist()) for s in loaded]
+    streamed.close()
+
+
+@pytest.mark.parametrize("loss", ["kl", "ce"])
+def test_online_features_give_the_offline_loss_on_the_same_batch(llama, tmp_path, loss):
+    """train.features: online runs the target per batch; its features and teacher are the
+    stored ones up to bf16 rounding (another batch's padding), so the loss matches."""
+    import threading
+
+    from conftest import train_params
+
+    from draftline.config import DrafterParams
+    from draftline.drafter.model import build_drafter, drafter_config
+    from draftline.drafter.online import OnlineRows
+    from draftline.drafter.step import Step
+    from draftline.hidden.token_rows import TokenRows
+    from draftline.io import write_parquet
+
+    rows = _rows(12)
+    extract_in_process(llama, rows, LAYERS, tmp_path / "hidden", 256, 0)
+    write_parquet(tmp_path / "tokens.parquet", rows)
+    record = Record(32, len(LAYERS), "none" if loss == "ce" else "final")
+    capture = Capture(llama, LAYERS, record)
+    online = OnlineRows(TokenRows.read(tmp_path / "tokens.parquet"), "train", capture, 0, threading.Lock())
+    offline = {s.id: s for s in load_sequences(tmp_path / "hidden", "train")}
+    assert sorted(online.ids) == sorted(offline)
+    picked = [0, 3, 5, 7]  # rows of different lengths: padded together online, not so offline
+    got = online.read(picked)
+    capture.close()
+    stored = [offline[online.ids[i]] for i in picked]
+    for a, b in zip(got, stored):
+        assert a.id == b.id and torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
+        assert torch.allclose(a.context.float(), b.context, rtol=2e-2, atol=2e-2)
+        assert (a.final is None) == (loss == "ce")
+    dp = DrafterParams(num_layers=1, block_size=4)
+    drafter = build_drafter(drafter_config(llama.config, dp, LAYERS, 63), 0)
+    tp = train_params(loss=loss, kl_top_k=8, num_anchors=6, precision="float32")
+    losses = []
+    for seqs in (got, stored):
+        step = Step(drafter, llama.model.embed_tokens.weight, llama.lm_head.weight, dp, tp, 63)
+        with torch.no_grad():
+            losses.append(float(step.loss(seqs, step.blocks(seqs, 0, torch.Generator().manual_seed(0)))[0]))
+    assert losses[0] > 0 and abs(losses[0] - losses[1]) <= 1e-2 * losses[1], losses
+
+
+def test_prefetch_reads_each_steps_rows_ahead_and_reraises_a_failure():
+    from draftline.drafter.data import InMemory, Prefetch, Schedule
+
+    seqs = [type("S", (), {"id": f"r{i}", "input_ids": torch.zeros(3 + i % 4)})() for i in range(10)]
+    rows = InMemory(seqs)
+    sched = Schedule(rows.lengths, rows.ids, 4, 0, 3, 0, 1, 2)
+    want = [[[seqs[i] for i in m] for m in sched.micro(s)] for s in range(6)]
+    with Prefetch(rows, sched, 0, 6, 2) as ahead:
+        assert [ahead.get(s) for s in range(6)] == want
+    with Prefetch(rows, sched, 2, 6, 0) as now:  # depth 0: read when asked, from a resumed step
+        assert now.get(2) == want[2]
+
+    class Broken(InMemory):
+        def read(self, indices):
+            raise OSError("shard-00003.safetensors: Input/output error")
+
+    with Prefetch(Broken(seqs), sched, 0, 6, 2) as ahead, pytest.raises(OSError, match="shard-00003"):
+        ahead.get(0)
 
 
 # -- vLLM's files --

@@ -134,12 +134,12 @@ def test_head_vocab_takes_the_most_frequent_tokens():
 
     seqs = [SimpleNamespace(id="a", input_ids=torch.tensor([5, 5, 5, 2, 9])),
             SimpleNamespace(id="b", input_ids=torch.tensor([2, 7, 9, 1]))]
-    hv = HeadVocab.frequent(seqs, 3, 10)  # counts: 5:3, 2:2, 9:2, 7:1, 1:1
+    hv = HeadVocab.frequent(((s.id, s.input_ids) for s in seqs), 3, 10)  # counts: 5:3, 2:2, 9:2, 7:1, 1:1
     assert hv.ids.tolist() == [2, 5, 9]
     assert hv.index[[2, 5, 9, 7]].tolist() == [0, 1, 2, -1]
-    assert HeadVocab.frequent(seqs, 100, 10).ids.tolist() == [1, 2, 5, 7, 9]  # at most what occurs
+    assert HeadVocab.frequent(((s.id, s.input_ids) for s in seqs), 100, 10).ids.tolist() == [1, 2, 5, 7, 9]  # at most what occurs
     with pytest.raises(ValueError, match="sequence a: token id 9"):
-        HeadVocab.frequent(seqs, 3, 8)
+        HeadVocab.frequent(((s.id, s.input_ids) for s in seqs), 3, 8)
 
 
 @pytest.mark.parametrize("kind", ["ce", "kl", "mix"])

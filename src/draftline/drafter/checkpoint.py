@@ -23,8 +23,14 @@ from ..io import atomic_path, set_aside
 NAME = re.compile(r"^step-(\d{7})\.pt$")
 
 
+# train params that change how the work is done, not what is computed: a run stopped under
+# one loader or process count resumes under another (the gradient sums' order aside).
+HOW_NOT_WHAT = ("loader", "prefetch", "processes_per_node", "nodes", "master")
+
+
 def fingerprint(train_params: dict, drafter_params: dict, data_index: dict) -> str:
     h = hashlib.sha256()
+    train_params = {k: v for k, v in train_params.items() if k not in HOW_NOT_WHAT}
     h.update(json.dumps({"train": train_params, "drafter": drafter_params, "torch": torch.__version__},
                         sort_keys=True).encode())
     h.update(json.dumps(data_index, sort_keys=True).encode())

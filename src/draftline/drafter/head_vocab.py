@@ -27,16 +27,17 @@ class HeadVocab:
     index: torch.Tensor  # [V] position of each token id in `ids`, -1 outside
 
     @classmethod
-    def frequent(cls, seqs, size: int, vocab_size: int) -> "HeadVocab":
-        """The `size` most frequent token ids over every position of `seqs` (ties by id).
+    def frequent(cls, token_ids, size: int, vocab_size: int) -> "HeadVocab":
+        """The `size` most frequent token ids over every position of the training sequences,
+        `token_ids` yielding (id, input_ids) for each (ties by id).
 
         Prompt tokens count too: they widen the set towards what the target may say about
         them. Deterministic, so every process of a distributed run builds the same set."""
         counts = torch.zeros(vocab_size, dtype=torch.long)
-        for s in seqs:
-            ids = s.input_ids.long()
+        for seq_id, ids in token_ids:
+            ids = ids.long()
             if int(ids.max()) >= vocab_size:
-                raise ValueError(f"sequence {s.id}: token id {int(ids.max())} outside the vocabulary ({vocab_size})")
+                raise ValueError(f"sequence {seq_id}: token id {int(ids.max())} outside the vocabulary ({vocab_size})")
             counts += torch.bincount(ids, minlength=vocab_size)
         seen = int((counts > 0).sum())
         # stable sort on -count keeps ascending ids among equal counts

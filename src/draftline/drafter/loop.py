@@ -13,9 +13,11 @@ import torch
 from ..config import DrafterParams, TrainParams
 from ..progress import bar
 from . import checkpoint, dist
-from .batching import Padding, epoch_batches, micro_batches
+from .batching import Padding
+from .data import InMemory, Prefetch, Schedule
 from .evaluate import evaluate
 from .head_vocab import HeadVocab
+from .live import LiveLog
 from .schedule import lr_at
 from .step import Step
 
@@ -50,15 +52,21 @@ def total_steps(n_seqs: int, tp: TrainParams) -> tuple[int, int]:
     return per_epoch, total if tp.max_steps is None else min(tp.max_steps, total)
 
 
-def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, tp: TrainParams, mask_id: int,
-          world: dist.World = dist.World(), resume: Resume | None = None) -> TrainLog:
+def train(drafter, embed_w, lm_head_w, train_rows, val_rows, dp: DrafterParams, tp: TrainParams, mask_id: int,
+          world: dist.World = dist.World(), resume: Resume | None = None, live: LiveLog | None = None) -> TrainLog:
+    """train_rows, val_rows: data.py's InMemory or ShardRows (a plain list of Sequences is
+    taken as in memory); live: where the main process logs each step as it ends (live.py)."""
+    live = live or LiveLog(None)
     torch.manual_seed(tp.seed)
+    train_rows = InMemory(train_rows) if isinstance(train_rows, list) else train_rows
     drafter.to(world.device)
-    head = HeadVocab.frequent(train_seqs, tp.head_vocab, lm_head_w.shape[0]) if tp.head_vocab else None
+    head = HeadVocab.frequent(train_rows.token_ids(), tp.head_vocab, lm_head_w.shape[0]) if tp.head_vocab else None
     step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device, head)
-    per_epoch, total = total_steps(len(train_seqs), tp)
+    per_epoch, total = total_steps(len(train_rows), tp)
     params = [p for p in drafter.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95))
+    # Fused on GPUs (one kernel for all parameters); the CPU keeps the reference update.
+    opt = torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95),
+                            fused=world.device.type == "cuda")
     log = TrainLog()
     start = 0
     if resume is not None:
@@ -70,73 +78,78 @@ def train(drafter, embed_w, lm_head_w, train_seqs, val_seqs, dp: DrafterParams, 
             start = state["step"]
             log.steps, log.evals, log.padding = state["log"]["steps"], state["log"]["evals"], state["log"]["padding"]
             log.resumed_from = start
-    lengths = [s.input_ids.shape[0] for s in train_seqs]
-    ids = [s.id for s in train_seqs]
-    drafter.train()
-    pb = bar(total, "train", unit="step") if world.main else None
-    if pb is not None and start:
-        pb.update(start)
-    t0 = time.perf_counter()
-    step = start
-    while step < total:
-        epoch, index = divmod(step, per_epoch)
-        batch_ids = epoch_batches(lengths, ids, tp.batch_size, tp.seed, epoch)[index]
-        micro = micro_batches(batch_ids, world.rank, world.size, tp.grad_accum)
-        seqs = [[train_seqs[i] for i in m] for m in micro]
-        built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
-        local_w = sum(float(b.weights.sum()) for b in built)
-        pad = Padding()
-        for m in micro:
-            pad.add([lengths[i] for i in m])
-        denom, real, padded = dist.all_sum(world, [local_w, pad.real, pad.padded])
-        lr = lr_at(step, total, tp.lr, tp.warmup_ratio, tp.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad(set_to_none=False)
-        loss_sum, slots = 0.0, 0
-        c = torch.zeros(dp.block_size - 1)
-        n = torch.zeros_like(c)
-        for s, b in zip(seqs, built):
-            loss, st = step_fn.loss(s, b, denom, training_head=True)
-            loss.backward()
-            loss_sum += loss.item()
-            slots += st["slots"]
-            c += st["correct_by_pos"]
-            n += st["count_by_pos"]
-        dist.all_sum_grads(world, params)
-        gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
-        # Checked before the update: a non-finite loss or gradient would make every weight
-        # NaN, and the stage would still write a drafter and report success. The gradient
-        # norm is the same on every process (gradients are summed first), so all stop.
-        if not (math.isfinite(loss_sum) and math.isfinite(float(gnorm))):
-            raise RuntimeError(
-                f"train: step {step + 1} (epoch {epoch}): loss {loss_sum} and gradient norm {float(gnorm)}; "
-                f"training diverged (lower train.lr, check the hidden states); checkpoints up to step "
-                f"{step} are kept")
-        opt.step()
-        loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
-        c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])
-        step += 1
-        log.padding["real"] += int(real)
-        log.padding["padded"] += int(padded)
-        acc = (c / n.clamp_min(1)).tolist()
-        row = {"step": step, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(gnorm),
-               "slots": int(slots), "padding": round(1 - real / max(padded, 1), 4),
-               "seconds": round(time.perf_counter() - t0, 2)}
-        row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
-        log.steps.append(row)
-        if pb is not None:
-            pb.update(1)
-            pb.set_postfix(loss=f"{loss_sum:.3f}", acc1=f"{acc[0]:.2f}")
-        if val_seqs and world.main and (step % tp.eval_every == 0 or step == total):
-            ev = evaluate(step_fn, val_seqs, max(1, tp.batch_size // tp.grad_accum), tp.seed)
-            log.evals.append({"step": step, **ev})
+    live.replay(log.steps, log.evals)
+    lengths = train_rows.lengths
+    schedule = Schedule(lengths, train_rows.ids, tp.batch_size, tp.seed, per_epoch, world.rank, world.size,
+                        tp.grad_accum)
+    fetch = Prefetch(train_rows, schedule, start, total, tp.prefetch if tp.loader == "stream" else 0)
+    with fetch:
+        drafter.train()
+        pb = bar(total, "train", unit="step") if world.main else None
+        if pb is not None and start:
+            pb.update(start)
+        t0 = time.perf_counter()
+        step = start
+        while step < total:
+            epoch = step // per_epoch
+            micro = schedule.micro(step)
+            seqs = fetch.get(step)
+            built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
+            local_w = sum(float(b.weights.sum()) for b in built)
+            pad = Padding()
+            for m in micro:
+                pad.add([lengths[i] for i in m])
+            denom, real, padded = dist.all_sum(world, [local_w, pad.real, pad.padded])
+            lr = lr_at(step, total, tp.lr, tp.warmup_ratio, tp.min_lr_ratio)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=False)
+            loss_sum, slots = 0.0, 0
+            c = torch.zeros(dp.block_size - 1)
+            n = torch.zeros_like(c)
+            for s, b in zip(seqs, built):
+                loss, st = step_fn.loss(s, b, denom, training_head=True)
+                loss.backward()
+                loss_sum += loss.item()
+                slots += st["slots"]
+                c += st["correct_by_pos"]
+                n += st["count_by_pos"]
+            dist.all_sum_grads(world, params)
+            gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
+            # Checked before the update: a non-finite loss or gradient would make every weight
+            # NaN, and the stage would still write a drafter and report success. The gradient
+            # norm is the same on every process (gradients are summed first), so all stop.
+            if not (math.isfinite(loss_sum) and math.isfinite(float(gnorm))):
+                raise RuntimeError(
+                    f"train: step {step + 1} (epoch {epoch}): loss {loss_sum} and gradient norm {float(gnorm)}; "
+                    f"training diverged (lower train.lr, check the hidden states); checkpoints up to step "
+                    f"{step} are kept")
+            opt.step()
+            loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
+            c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])
+            step += 1
+            log.padding["real"] += int(real)
+            log.padding["padded"] += int(padded)
+            acc = (c / n.clamp_min(1)).tolist()
+            row = {"step": step, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(gnorm),
+                   "slots": int(slots), "tokens": int(real), "padding": round(1 - real / max(padded, 1), 4),
+                   "seconds": round(time.perf_counter() - t0, 2)}
+            row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
+            log.steps.append(row)
+            live.step(row)
             if pb is not None:
-                pb.set_postfix(loss=f"{loss_sum:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
-        if resume is not None and (step % resume.every == 0 or step == total):
-            if world.main:
-                checkpoint.save(resume.folder, step, resume.fingerprint, drafter, opt, log.as_dict(), resume.keep)
-            dist.barrier(world)
-    if pb is not None:
-        pb.close()
+                pb.update(1)
+                pb.set_postfix(loss=f"{loss_sum:.3f}", acc1=f"{acc[0]:.2f}")
+            if len(val_rows) and world.main and (step % tp.eval_every == 0 or step == total):
+                ev = evaluate(step_fn, val_rows, max(1, tp.batch_size // tp.grad_accum), tp.seed)
+                log.evals.append({"step": step, **ev})
+                live.eval(step, ev)
+                if pb is not None:
+                    pb.set_postfix(loss=f"{loss_sum:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
+            if resume is not None and (step % resume.every == 0 or step == total):
+                if world.main:
+                    checkpoint.save(resume.folder, step, resume.fingerprint, drafter, opt, log.as_dict(), resume.keep)
+                dist.barrier(world)
+        if pb is not None:
+            pb.close()
     return log

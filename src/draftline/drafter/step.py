@@ -15,6 +15,9 @@ from .head_vocab import HeadVocab
 from .loss import LossSpec, SparseTeacher, block_loss, select, top_k_teacher
 
 
+TEACHER_CACHE_BYTES = 1 << 30  # the embedded default's teachers take about 50 MB
+
+
 def use_bf16(precision: str, device: torch.device = torch.device("cpu")) -> bool:
     if precision != "auto":
         return precision == "bfloat16"
@@ -37,20 +40,25 @@ class Step:
         self.lm_head_c = self.lm_head_w.to(self.compute_dtype)
         self.block_attention = tp.attention == "blocks" or (tp.attention == "auto" and device.type == "cpu")
         self._teachers: dict[str, SparseTeacher] = {}  # sequence id -> its top-k teacher
+        self._teacher_bytes = 0
 
     def teacher(self, seq) -> SparseTeacher:
-        """Top-k teacher rows of a sequence, computed on first use and kept: a top-k KL step
-        then costs what a CE step costs (no teacher head pass per step)."""
-        if seq.id not in self._teachers:
-            if seq.topk_ids is not None:  # stored by extract (extract.teacher: top_k), best first
-                k = self.spec.top_k
-                self._teachers[seq.id] = SparseTeacher(seq.topk_ids[:, :k].to(self.device),
-                                                       seq.topk_logprobs[:, :k].to(self.device))
-            else:
-                with torch.no_grad():
-                    self._teachers[seq.id] = top_k_teacher(seq.final.to(self.device), self.lm_head_c,
-                                                           self.spec.top_k)
-        return self._teachers[seq.id]
+        """Top-k teacher rows of a sequence. Those computed from a stored final state are
+        kept (up to TEACHER_CACHE_BYTES): a top-k KL step then costs what a CE step costs,
+        with no head pass per step. Past the budget (a split of millions of rows) they are
+        computed per step, and a large run stores the top-k at extraction instead."""
+        if seq.id in self._teachers:
+            return self._teachers[seq.id]
+        k = self.spec.top_k
+        if seq.topk_ids is not None:  # stored by extract (extract.teacher: top_k), best first
+            return SparseTeacher(seq.topk_ids[:, :k].to(self.device), seq.topk_logprobs[:, :k].to(self.device).float())
+        with torch.no_grad():
+            t = top_k_teacher(seq.final.to(self.device).float(), self.lm_head_c, k)
+        size = t.ids.numel() * t.ids.element_size() + t.vals.numel() * t.vals.element_size()
+        if self._teacher_bytes + size <= TEACHER_CACHE_BYTES:
+            self._teachers[seq.id] = t
+            self._teacher_bytes += size
+        return t
 
     def _flat_teacher(self, seqs, L: int):
         if self.spec.sparse_teacher:
@@ -64,7 +72,7 @@ class Step:
             return SparseTeacher(ids, vals)
         flat = torch.zeros(len(seqs) * L, seqs[0].final.shape[-1])
         for i, s in enumerate(seqs):
-            flat[i * L : i * L + s.final.shape[0]] = s.final
+            flat[i * L : i * L + s.final.shape[0]] = s.final  # widened to fp32 here (stored as bf16)
         return flat.to(self.device)
 
     def blocks(self, seqs, epoch: int, generator: torch.Generator | None = None,
@@ -87,7 +95,7 @@ class Step:
             dev = self.device
             noise = F.embedding(batch.block_ids.to(dev), self.embed_w)
             inputs = dict(position_ids=batch.position_ids.to(dev), noise_embedding=noise,
-                          target_hidden=batch.context.to(dev))
+                          target_hidden=batch.context.to(dev).float())  # bf16 over the bus, fp32 here
             with block_local_convs(self.dp.block_size):
                 with routed():  # each layer's mask from the layout: full and sliding layers differ
                     hidden = self.drafter(**inputs, block_layout=batch.layout(dense=not self.block_attention).to(dev))

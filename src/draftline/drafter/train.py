@@ -1,4 +1,5 @@
-"""Stage `train`: train the DFlash drafter on the stored hidden states.
+"""Stage `train`: train the DFlash drafter on the target's hidden states, stored by extract
+(train.features: offline) or computed by the target during training (online, online.py).
 
     draftline train                                          # one process
     torchrun --nproc_per_node N -m draftline train           # data parallel (NCCL on GPUs, gloo on CPUs)
@@ -12,19 +13,24 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from ..command import path_option, run_stage
 from ..devices import compute_device
-from ..hidden.store import load_sequences, read_index
+from ..hidden.store import file_digest, read_index
 from ..io import temp_beside, write_json, write_tsv
 from ..target.info import TargetInfo
 from ..target.load import load_config, load_tokenizer
 from ..target.weights import load_io_weights
 from . import dist
 from .checkpoint import fingerprint
+from .data import open_rows
+from .launch import launches, relaunch
+from .online import online_rows
+from .live import LiveLog
 from .init_target import init_from_target
 from .loop import Resume, train
 from .model import (
@@ -37,46 +43,71 @@ from .model import (
 from .step import use_bf16
 
 
-def run(params, model: Path, info_file: Path, hidden: Path, out: Path, state: Path, metrics: Path,
-        plots: dict[str, Path], device=None) -> None:
+def run(params, model: Path, info_file: Path, hidden: Path, tokens: Path, out: Path, state: Path, metrics: Path,
+        plots: dict[str, Path], device=None, device_map: str | None = None) -> None:
     world = dist.init(device or compute_device())
     try:
-        _train(params, params.drafter, params.train, world, model, info_file, hidden, out, state, metrics, plots)
+        _train(params, params.drafter, params.train, world, Inputs(model, info_file, hidden, tokens, device_map),
+               out, state, metrics, plots)
     finally:
         dist.close(world)
 
 
-def _train(params, dp, tp, world, model_dir, info_file, hidden, out, state, metrics, plots) -> None:
-    info = TargetInfo.load(info_file)
-    index = read_index(hidden)
+@dataclass(frozen=True)
+class Inputs:
+    model: Path
+    info: Path
+    hidden: Path  # the stored features (train.features: offline)
+    tokens: Path  # the tokenized rows (train.features: online)
+    device_map: str | None = None  # the target's, online
+
+
+def _rows(params, tp, world, info, inputs: Inputs):
+    """(train rows, held-out rows, what the resume fingerprint records of the data)."""
+    if tp.features == "online":
+        train_rows, val_rows = online_rows(params, inputs.model, info, inputs.tokens, world.device, inputs.device_map)
+        return train_rows, val_rows, {"features": "online", "tokens": file_digest(inputs.tokens),
+                                      "info": file_digest(inputs.info), "dtype": params.extract.dtype}
+    hidden, index = inputs.hidden, read_index(inputs.hidden)
     if index["target_layer_ids"] != info.target_layer_ids:
         raise ValueError(f"{hidden}: extracted layers {index['target_layer_ids']} differ from "
-                         f"{info.target_layer_ids} in {info_file}; rerun extract")
+                         f"{info.target_layer_ids} in {inputs.info}; rerun extract")
     stored = index.get("teacher", "final")
     if tp.loss != "ce" and (stored == "none" or stored == "top_k" and (tp.kl_top_k or 1 << 62) > index["top_k"]):
         have = "no teacher" if stored == "none" else f"the teacher's top {index['top_k']}"
         raise ValueError(f"train.loss: {tp.loss} with train.kl_top_k: {tp.kl_top_k}, but {hidden} holds {have} "
                          "(extract.teacher, extract.top_k); rerun extract or train with loss: ce")
+    return open_rows(hidden, "train", tp.loader), open_rows(hidden, "val", tp.loader), index
+
+
+def _train(params, dp, tp, world, inputs: Inputs, out, state, metrics, plots) -> None:
+    model_dir = inputs.model
+    info = TargetInfo.load(inputs.info)
     if tp.batch_size % (world.size * tp.grad_accum):
         raise ValueError(f"train.batch_size ({tp.batch_size}) must be a multiple of processes ({world.size}) "
                          f"x train.grad_accum ({tp.grad_accum})")
     tok = load_tokenizer(model_dir)
     mask_id = mask_token_id(tok, dp.mask_token, info.vocab_size)
     embed_w, head_w = load_io_weights(model_dir)
-    train_seqs = load_sequences(hidden, "train")
-    val_seqs = load_sequences(hidden, "val")
-    if not train_seqs:
-        raise ValueError(f"{hidden}: no training sequences")
+    train_seqs, val_seqs, data_id = _rows(params, tp, world, info, inputs)
+    if not len(train_seqs):
+        raise ValueError(f"{inputs.tokens if tp.features == 'online' else inputs.hidden}: no training sequences")
     config = drafter_config(load_config(model_dir), dp, info.target_layer_ids, mask_id)
     drafter = build_drafter(config, tp.seed)
     if tp.init == "target":
         lines = init_from_target(drafter, model_dir, info)
         if world.main:
             print("\n".join(f"train: init {line}" for line in lines), flush=True)
-    resume = Resume(state, fingerprint(tp.model_dump(), dp.model_dump(), index), tp.checkpoint_every,
+    resume = Resume(state, fingerprint(tp.model_dump(), dp.model_dump(), data_id), tp.checkpoint_every,
                     tp.keep_checkpoints)
     t0 = time.perf_counter()
-    log = train(drafter, embed_w, head_w, train_seqs, val_seqs, dp, tp, mask_id, world, resume)
+    live = LiveLog(plots["live"] if world.main else None)
+    try:
+        log = train(drafter, embed_w, head_w, train_seqs, val_seqs, dp, tp, mask_id, world, resume, live)
+    finally:
+        live.close()
+        train_seqs.close()
+        val_seqs.close()
     elapsed = time.perf_counter() - t0
     if not world.main:
         return
@@ -120,9 +151,6 @@ def _report(log, dp, tp, drafter, world, elapsed, n_train, n_val, mask_id, metri
         metrics.update({"val_loss": ev["loss"], "val_acc_1": ev["acc_by_pos"][0],
                         "val_tau_estimate": ev["tau_estimate"]})
     write_json(metrics_file, metrics)
-    cols = ["step", "epoch", "loss", "lr", "grad_norm", "slots", "padding", "seconds"]
-    cols += [f"acc_{k}" for k in range(1, B)]
-    write_tsv(plots["steps"], cols, [[s[c] for c in cols] for s in log.steps])
     write_tsv(plots["eval"], ["step", "val_loss", "val_acc_1", "val_tau_estimate"],
               [[e["step"], e["loss"], e["acc_by_pos"][0], e["tau_estimate"]] for e in log.evals])
     final_acc = log.evals[-1]["acc_by_pos"] if log.evals else [last[f"acc_{k}"] for k in range(1, B)]
@@ -136,19 +164,31 @@ def _report(log, dp, tp, drafter, world, elapsed, n_train, n_val, mask_id, metri
 @path_option("--model", "target_model", "Reads: the target's tokenizer, config, embeddings, LM head and (init: "
                                         "target) the layers the drafter starts from.")
 @path_option("--info", "target_info", "Reads: the captured layers and layer count.")
-@path_option("--hidden", "hidden", "Reads: the extracted hidden-state shards.")
+@path_option("--hidden", "hidden", "Reads: the extracted hidden-state shards (train.features: offline).")
+@path_option("--tokens", "tokens", "Reads: the tokenized rows, run through the target during training "
+                                   "(train.features: online).")
 @path_option("--out", "drafter", f"Writes: the drafter folder's {' and '.join(DRAFTER_FILES)} (z-lab's "
                                  "DFlashDraftModel / DFlash2DraftModel format).")
 @path_option("--state", "train_state", "Resume checkpoints (kept across runs, never cached).")
 @path_option("--metrics", "train_metrics", "Writes: losses, accuracies, held-out tau estimate, speed.")
-@path_option("--steps-plot", "train_steps_plot", "Writes: loss, lr and accuracy per step (a dvc plot).")
+@path_option("--live", "train_live", "Writes, step by step (DVCLive): metrics.json (the latest values) and "
+                                    "plots/metrics/ (loss, lr, grad norm, accuracy per position, steps/s, tokens/s, "
+                                    "held-out loss and tau estimate).")
 @path_option("--eval-plot", "train_eval_plot", "Writes: held-out loss and tau estimate per eval (a dvc plot).")
 @path_option("--position-plot", "train_position_plot", "Writes: final accuracy per block position (a dvc plot).")
 @click.pass_obj
-def command(settings, model, info, hidden, out, state, metrics, steps_plot, eval_plot, position_plot):
-    """Train the drafter on the stored hidden states.
+def command(settings, model, info, hidden, tokens, out, state, metrics, live, eval_plot, position_plot):
+    """Train the drafter on the target's hidden states (stored, or computed as it trains).
 
-    Params: `train`, `drafter`. Under torchrun, data parallel; resumes from --state."""
-    plots = {"steps": steps_plot, "eval": eval_plot, "position": position_plot}
-    run_stage(settings, lambda params: run(params, model, info, hidden, out, state, metrics, plots,
-                                           compute_device(settings.device)))
+    Params: `train`, `drafter`. train.processes_per_node / nodes > 1: starts torchrun itself (or run it
+    under your own torchrun); data parallel; resumes from --state."""
+    plots = {"live": live, "eval": eval_plot, "position": position_plot}
+
+    def stage(params):
+        if launches(params.train):
+            relaunch(params.train, settings.threads)
+        else:
+            run(params, model, info, hidden, tokens, out, state, metrics, plots, compute_device(settings.device),
+                settings.target_device_map)
+
+    run_stage(settings, stage)

@@ -114,6 +114,8 @@ def run(params, model_dir: Path, info_file: Path, tokens: Path, out: Path, metri
 
 def _run(params, world, info, rows, model_dir, info_file, tokens, out, metrics, device, device_map):
     p = params.extract
+    if params.train.features == "online":
+        return _nothing_to_store(p, world, out, metrics, info)
     if p.backend == "vllm" and world.size > 1:
         raise PlanError("extract.backend: vllm runs as one process (vLLM spreads the target over "
                         "extract.vllm_tensor_parallel_size GPUs itself): run it without torchrun")
@@ -168,6 +170,23 @@ def _run(params, world, info, rows, model_dir, info_file, tokens, out, metrics, 
                              "compute_dtype": dtype, "device": device.type})
         print(f"extract: {the_plan.tokens} tokens in {len(the_plan.shards)} shard(s) "
               f"({len(done)} kept from an earlier run), {round(tok / max(secs, 1e-9), 1)} tok/s", file=sys.stderr)
+
+
+def _nothing_to_store(p, world, out: Path, metrics: Path, info) -> None:
+    """train.features: online: the training processes compute the features, so the stage
+    stores none. It still writes an index (with no rows) and metrics, and removes an earlier
+    offline run's shards, which nothing reads now."""
+    if world.rank:
+        return
+    for folder in {out, Path(p.shard_dir)} if p.shard_dir else {out}:
+        ledger.clear(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"target_layer_ids": info.target_layer_ids, "hidden_size": info.hidden_size, "features": "online",
+            "teacher": None, "shard_dir": p.shard_dir}
+    write_json(out / MANIFEST, {**meta, "tokens": 0, "total_bytes": 0, "shards": []})
+    write_json(out / INDEX, {**meta, "shards": [], "rows": []})
+    write_json(metrics, {"features": "online", "tokens": 0, "shards": 0, "gb_written": 0.0})
+    print("extract: train.features is online: nothing to store", file=sys.stderr)
 
 
 def _producer(params, info, model_dir, device, device_map, dtype, record):

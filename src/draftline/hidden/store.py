@@ -1,4 +1,5 @@
-"""Reading the extract stage's output: index.json, manifest.json and the shards.
+"""The extract stage's output: index.json, manifest.json and the shards, and where they are
+(reader.py reads their rows).
 
 Each shard (shard_file.py) holds, for many rows packed end to end along the token axis:
   input_ids [T] int32, loss_mask [T] uint8
@@ -22,7 +23,6 @@ from pathlib import Path
 
 import torch
 import xxhash
-from safetensors import safe_open
 
 from ..io import read_json
 
@@ -81,28 +81,3 @@ def file_digest(path: Path, chunk: int = 1 << 24) -> str:
         while buf := f.read(chunk):
             h.update(buf)
     return h.hexdigest()
-
-
-def load_sequences(folder: Path, split: str | None = None, dtype=torch.float32) -> list[Sequence]:
-    """Load rows into memory (the embedded default is tens of MB; a large run streams)."""
-    folder = Path(folder)
-    index = read_index(folder)
-    where = check_shards(folder) if (folder / MANIFEST).exists() else shard_folder(folder, index)
-    width = len(index["target_layer_ids"]) * index["hidden_size"]
-    by_shard: dict[int, list[dict]] = {}
-    for r in index["rows"]:
-        if split is None or r["split"] == split:
-            by_shard.setdefault(r["shard"], []).append(r)
-    out = []
-    for s, rows in sorted(by_shard.items()):
-        with safe_open(str(where / index["shards"][s]), framework="pt") as f:
-            t = {k: f.get_tensor(k) for k in f.keys()}
-        for r in rows:
-            sl = slice(r["offset"], r["offset"] + r["length"])
-            states = t["states"][sl]
-            final = states[:, width:].to(dtype) if index["teacher"] == "final" else None
-            out.append(Sequence(r["id"], r["split"], states[:, :width].to(dtype), final,
-                                t["input_ids"][sl].long(), t["loss_mask"][sl].float(),
-                                t["topk_ids"][sl].long() if "topk_ids" in t else None,
-                                t["topk_logprobs"][sl].float() if "topk_logprobs" in t else None))
-    return out

@@ -1,0 +1,101 @@
+"""Online features (`train.features: online`): the frozen target runs inside the training
+processes and computes each batch's context features and teacher, so nothing is stored.
+
+Offline training reads states that `extract` computed once and stored (61 KB a token at a
+27B target's width); online training pays a target forward per batch instead, every
+epoch, and stores nothing. Online pays where storage or its I/O is the limit, or for a
+single epoch over a large set; offline where the set is read many times, as the embedded
+default's five epochs are.
+
+The features are the extract stage's own: the same hooks (hidden/capture.py) on the same
+layers, the final state after the final norm, rounded to bf16 as stored, so a batch gives
+the same loss online as offline within bf16 rounding. The target runs under inference mode,
+in `extract.dtype` (bf16 on GPUs and on CPUs with bf16 units) and, with
+`--target-device-map auto`, across the GPUs of the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import torch
+
+from ..hidden.plan import Record
+from ..hidden.store import Sequence
+from ..hidden.token_rows import TokenRows
+
+
+class OnlineRows:
+    """The rows of `split` in the tokens file, their features computed when read.
+
+    `read(indices)` runs the target once over those rows (right-padded, as extract does).
+    `lock` is shared by every OnlineRows over one target: the capture's hooks see whichever
+    forward runs, so the training rows' prefetch thread and the held-out evaluation take
+    turns."""
+
+    def __init__(self, rows: TokenRows, split: str, capture, pad_id: int, lock: threading.Lock):
+        mask = pc.equal(rows.table["split"], split).to_numpy(zero_copy_only=False)
+        self.rows = np.flatnonzero(mask).tolist()
+        self._tokens = rows
+        all_ids = rows.table["id"].to_pylist()
+        self.ids = [all_ids[i] for i in self.rows]
+        self.lengths = [rows.lengths[i] for i in self.rows]
+        self.capture, self.pad_id, self.lock = capture, pad_id, lock
+        self.width = len(capture.layer_ids) * capture.record.hidden
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.read(list(range(*i.indices(len(self)))))
+        return self.read([i])[0]
+
+    def token_ids(self):
+        for i, r in zip(self.rows, self.ids):
+            yield r, torch.tensor(self._tokens[i]["input_ids"])
+
+    def read(self, indices: list[int]) -> list[Sequence]:
+        if not indices:
+            return []
+        rows = [self._tokens[self.rows[i]] for i in indices]
+        lengths = [len(r["input_ids"]) for r in rows]
+        ids = torch.full((len(rows), max(lengths)), self.pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for j, r in enumerate(rows):
+            ids[j, : lengths[j]] = torch.tensor(r["input_ids"])
+            attn[j, : lengths[j]] = 1
+        with self.lock:
+            states, _, _ = self.capture(ids, attn)
+        out = []
+        for j, r in enumerate(rows):
+            s = states[j, : lengths[j]]
+            out.append(Sequence(r["id"], r["split"], s[:, : self.width], s[:, self.width :] if self.has_final else None,
+                                torch.tensor(r["input_ids"]), torch.tensor(r["loss_mask"], dtype=torch.float32)))
+        return out
+
+    @property
+    def has_final(self) -> bool:
+        return self.capture.record.teacher == "final"
+
+    def close(self) -> None:
+        pass
+
+
+def online_rows(params, model_dir: Path, info, tokens: Path, device, device_map: str | None):
+    """(train rows, val rows) over one loaded target: the training split's and the held-out
+    split's features come from the same frozen model."""
+    from ..hidden.capture import Capture
+    from ..precision import batch_dtype
+    from ..target.load import load_model, load_tokenizer
+
+    teacher = "none" if params.train.loss == "ce" else "final"
+    record = Record(info.hidden_size, len(info.target_layer_ids), teacher)
+    model = load_model(model_dir, batch_dtype(params.extract.dtype, info.dtype, device), device, device_map)
+    tok = load_tokenizer(model_dir)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else info.eos_token_ids[0]
+    capture, lock, rows = Capture(model, info.target_layer_ids, record), threading.Lock(), TokenRows.read(tokens)
+    return OnlineRows(rows, "train", capture, pad, lock), OnlineRows(rows, "val", capture, pad, lock)
