@@ -467,6 +467,9 @@ class TrainParams(Section):
     nodes: PositiveInt = 1
     # host:port of node 0, reachable from every node; nodes > 1 only.
     master: str | None = None
+    # ddp: every process holds the whole drafter; fsdp: weights, gradients and optimizer
+    # state sharded over the processes, for a drafter that does not fit (drafter/dist.py).
+    parallel: Literal["ddp", "fsdp"] = "ddp"
 
     @model_validator(mode="after")
     def _accum_divides(self) -> "TrainParams":

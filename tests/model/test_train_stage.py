@@ -154,6 +154,29 @@ def test_streamed_rows_train_the_same_drafter_as_loaded_rows(base, tmp_path, los
     assert (loaded / "data/plots/train_eval.tsv").read_text() == (streamed / "data/plots/train_eval.tsv").read_text()
 
 
+def test_fsdp_shards_train_what_ddp_trains(base, tmp_path):
+    """train.parallel: fsdp over 2 gloo processes: weights, gradients and AdamW state
+    sharded, checkpoints and the exported drafter gathered whole; DDP's training up to
+    the order of float sums."""
+    ddp = _copy(base, tmp_path / "ddp", epochs=3, processes_per_node=2)
+    fsdp = _copy(base, tmp_path / "fsdp", epochs=3, processes_per_node=2, parallel="fsdp")
+    m1, m2 = _train(ddp), _train(fsdp)
+    assert m1["processes"] == m2["processes"] == 2 and m1["steps"] == m2["steps"] == 9
+    # The first two steps' losses are equal; then the sharded gradient norm (summed shard by
+    # shard, 1e-5 apart) clips a little differently, and AdamW carries that on.
+    l1, l2 = _curve(ddp, "train/loss"), _curve(fsdp, "train/loss")
+    assert l1[:2] == l2[:2]
+    assert all(abs(float(x) - float(y)) <= 5e-3 * float(x) for (_, x), (_, y) in zip(l1, l2)), (l1, l2)
+    a, b = _weights(ddp), _weights(fsdp)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=0, atol=2e-3), (k, (a[k] - b[k]).abs().max())
+    # Checkpoints hold the whole weights, as DDP's do.
+    saved = [torch.load(sorted((f / "data/train_state").glob("step-*.pt"))[-1], weights_only=True)["model"]
+             for f in (ddp, fsdp)]
+    assert {k: v.shape for k, v in saved[0].items()} == {k: v.shape for k, v in saved[1].items()}
+
+
 def test_online_features_train_as_the_stored_ones_do(base, tmp_path):
     """train.features: online: the target runs inside the training process; the same steps,
     losses within bf16 rounding of the features (the target runs in bf16 where the CPU can)."""

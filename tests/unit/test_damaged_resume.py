@@ -30,8 +30,8 @@ def test_a_truncated_answers_file_is_set_aside_and_the_shards_still_count(tmp_pa
 def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.AdamW(model.parameters())
-    checkpoint.save(tmp_path, 10, "fp", model, opt, {"steps": []}, keep=3)
-    newest = checkpoint.save(tmp_path, 20, "fp", model, opt, {"steps": []}, keep=3)
+    checkpoint.save(tmp_path, 10, "fp", model.state_dict(), opt.state_dict(), {"steps": []}, keep=3)
+    newest = checkpoint.save(tmp_path, 20, "fp", model.state_dict(), opt.state_dict(), {"steps": []}, keep=3)
     newest.write_bytes(newest.read_bytes()[:100])
     state = checkpoint.latest(tmp_path, "fp")
     assert state is not None and state["step"] == 10

@@ -47,9 +47,9 @@ def _listed(folder: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def save(folder: Path, step: int, fp: str, model, optimizer, log: dict, keep: int) -> Path:
+def save(folder: Path, step: int, fp: str, model_state: dict, optimizer_state: dict, log: dict, keep: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    state = {"fingerprint": fp, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+    state = {"fingerprint": fp, "step": step, "model": model_state, "optimizer": optimizer_state,
              "log": log, "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
     path = folder / f"step-{step:07d}.pt"
     with atomic_path(path) as tmp:
@@ -75,8 +75,13 @@ def latest(folder: Path, fp: str) -> dict | None:
     return None
 
 
-def restore(state: dict, model, optimizer) -> None:
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+def restore(state: dict, model, optimizer, sharded: bool = False) -> None:
+    if sharded:  # full state dicts, each process keeping its shard
+        from .dist import load_full_state
+
+        load_full_state(model, optimizer, state["model"], state["optimizer"])
+    else:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     random.setstate(state["python_rng"])

@@ -59,7 +59,10 @@ def train(drafter, embed_w, lm_head_w, train_rows, val_rows, dp: DrafterParams, 
     live = live or LiveLog(None)
     torch.manual_seed(tp.seed)
     train_rows = InMemory(train_rows) if isinstance(train_rows, list) else train_rows
+    if tp.parallel == "fsdp" and world.size > 1:
+        _every_rank_has_work(len(train_rows), tp, world)
     drafter.to(world.device)
+    sharded = tp.parallel == "fsdp" and dist.shard(drafter, world)
     head = HeadVocab.frequent(train_rows.token_ids(), tp.head_vocab, lm_head_w.shape[0]) if tp.head_vocab else None
     step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device, head)
     per_epoch, total = total_steps(len(train_rows), tp)
@@ -74,7 +77,7 @@ def train(drafter, embed_w, lm_head_w, train_rows, val_rows, dp: DrafterParams, 
         if dist.broadcast_flag(world, state is not None):
             if state is None:  # other ranks read the file rank 0 chose
                 state = checkpoint.latest(resume.folder, resume.fingerprint)
-            checkpoint.restore(state, drafter, opt)
+            checkpoint.restore(state, drafter, opt, sharded)
             start = state["step"]
             log.steps, log.evals, log.padding = state["log"]["steps"], state["log"]["evals"], state["log"]["padding"]
             log.resumed_from = start
@@ -109,13 +112,15 @@ def train(drafter, embed_w, lm_head_w, train_rows, val_rows, dp: DrafterParams, 
             n = torch.zeros_like(c)
             for s, b in zip(seqs, built):
                 loss, st = step_fn.loss(s, b, denom, training_head=True)
-                loss.backward()
+                (loss * world.size if sharded else loss).backward()  # FSDP averages; the sum is wanted
                 loss_sum += loss.item()
                 slots += st["slots"]
                 c += st["correct_by_pos"]
                 n += st["count_by_pos"]
-            dist.all_sum_grads(world, params)
+            if not sharded:  # FSDP has reduce-scattered them in backward
+                dist.all_sum_grads(world, params)
             gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
+            gnorm = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
             # Checked before the update: a non-finite loss or gradient would make every weight
             # NaN, and the stage would still write a drafter and report success. The gradient
             # norm is the same on every process (gradients are summed first), so all stop.
@@ -140,16 +145,31 @@ def train(drafter, embed_w, lm_head_w, train_rows, val_rows, dp: DrafterParams, 
             if pb is not None:
                 pb.update(1)
                 pb.set_postfix(loss=f"{loss_sum:.3f}", acc1=f"{acc[0]:.2f}")
-            if len(val_rows) and world.main and (step % tp.eval_every == 0 or step == total):
+            # Sharded, every process takes part in each forward; the main one logs.
+            if len(val_rows) and (world.main or sharded) and (step % tp.eval_every == 0 or step == total):
                 ev = evaluate(step_fn, val_rows, max(1, tp.batch_size // tp.grad_accum), tp.seed)
                 log.evals.append({"step": step, **ev})
-                live.eval(step, ev)
+                live.eval(step, ev)  # a no-op off the main process
                 if pb is not None:
                     pb.set_postfix(loss=f"{loss_sum:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
             if resume is not None and (step % resume.every == 0 or step == total):
+                model_sd, opt_sd = dist.full_state(drafter, opt) if sharded else (drafter.state_dict(),
+                                                                                   opt.state_dict())
                 if world.main:
-                    checkpoint.save(resume.folder, step, resume.fingerprint, drafter, opt, log.as_dict(), resume.keep)
+                    checkpoint.save(resume.folder, step, resume.fingerprint, model_sd, opt_sd, log.as_dict(),
+                                    resume.keep)
                 dist.barrier(world)
         if pb is not None:
             pb.close()
     return log
+
+
+def _every_rank_has_work(n_rows: int, tp: TrainParams, world: dist.World) -> None:
+    """FSDP's collectives run inside every forward and backward, so every process needs the
+    same number of micro-batches in every step; an epoch's last, smaller batch must still
+    give each one a micro-batch."""
+    last = n_rows % tp.batch_size or tp.batch_size
+    if last < world.size * tp.grad_accum:
+        raise ValueError(f"train.parallel: fsdp: the last batch of each epoch holds {last} of {n_rows} training rows, "
+                         f"fewer than processes ({world.size}) x train.grad_accum ({tp.grad_accum}); change "
+                         "train.batch_size or use parallel: ddp")

@@ -109,6 +109,11 @@ def _train(params, dp, tp, world, inputs: Inputs, out, state, metrics, plots) ->
         train_seqs.close()
         val_seqs.close()
     elapsed = time.perf_counter() - t0
+    if tp.parallel == "fsdp" and world.size > 1:  # the full weights, gathered from every process's shard
+        full, _ = dist.full_state(drafter)
+        if world.main:
+            drafter = build_drafter(config, tp.seed)
+            drafter.load_state_dict(full)
     if not world.main:
         return
     drafter.to("cpu")
