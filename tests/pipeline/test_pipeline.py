@@ -260,9 +260,12 @@ def test_a_pull_into_a_fresh_clone_leaves_a_clean_status(repo, tmp_path):
         assert _stale(clone) == set()
         assert (clone / "data/drafter/model.safetensors").read_bytes() == \
             (repo / "data/drafter/model.safetensors").read_bytes()
-        # The drafter as a registered model artifact (dvc.yaml `artifacts:`), fetched by name.
+        # The drafter as a model artifact (dvc.yaml `artifacts:`): registered as a version (a
+        # GTO git tag, what `gto register` writes), then fetched by name from the remote.
+        _run("git tag -a drafter@v0.1.0 -m 'first drafter'", repo)
         got = tmp_path / "artifact"
         _run(f"dvc artifacts get {repo} drafter -o {got}", tmp_path)
         assert (got / "model.safetensors").read_bytes() == (repo / "data/drafter/model.safetensors").read_bytes()
     finally:
-        _run("dvc remote remove shared && git add -A && git commit -qm unshared", repo)
+        _run("git tag -d drafter@v0.1.0 || true; dvc remote remove shared && git add -A && git commit -qm unshared",
+             repo)
