@@ -291,8 +291,8 @@ def test_prefetch_reads_each_steps_rows_ahead_and_reraises_a_failure():
     seqs = [type("S", (), {"id": f"r{i}", "input_ids": torch.zeros(3 + i % 4)})() for i in range(10)]
     rows = InMemory(seqs)
     sched = Schedule(rows.lengths, rows.ids, 4, 0, 3, 0, 1, 2)
-    want = [[[seqs[i] for i in m] for m in sched.micro(s)] for s in range(6)]
-    with Prefetch(rows, sched, 0, 6, 2) as ahead:
+    want = [(sched.micro(s), [[seqs[i] for i in m] for m in sched.micro(s)]) for s in range(6)]
+    with Prefetch(rows, sched, 0, 6, 2) as ahead:  # each step's micro-batches, as indices and as rows
         assert [ahead.get(s) for s in range(6)] == want
     with Prefetch(rows, sched, 2, 6, 0) as now:  # depth 0: read when asked, from a resumed step
         assert now.get(2) == want[2]

@@ -56,7 +56,6 @@ class Schedule:
 
     def __init__(self, lengths: list[int], ids: list[str], batch_size: int, seed: int, per_epoch: int,
                  rank: int, world: int, accum: int):
-        self.lengths, self.ids, self.batch_size, self.seed = lengths, ids, batch_size, seed
         self.per_epoch, self.rank, self.world, self.accum = per_epoch, rank, world, accum
         self._epoch = lru_cache(maxsize=2)(lambda e: epoch_batches(lengths, ids, batch_size, seed, e))
 
@@ -66,8 +65,9 @@ class Schedule:
 
 
 class Prefetch:
-    """for step in range(start, stop): fetch.get(step) -> that step's micro-batches of
-    Sequences, read `depth` steps ahead by one thread (depth 0: read when asked)."""
+    """for step in range(start, stop): fetch.get(step) -> that step's micro-batches, as row
+    indices and as Sequences, read `depth` steps ahead by one thread (depth 0: read when
+    asked)."""
 
     def __init__(self, rows, schedule: Schedule, start: int, stop: int, depth: int):
         self.rows, self.schedule, self.depth = rows, schedule, depth
@@ -78,8 +78,9 @@ class Prefetch:
             self._thread = threading.Thread(target=self._run, args=(start, stop), daemon=True)
             self._thread.start()
 
-    def _read(self, step: int) -> list[list[Sequence]]:
-        return [self.rows.read(m) for m in self.schedule.micro(step)]
+    def _read(self, step: int) -> tuple[list[list[int]], list[list[Sequence]]]:
+        micro = self.schedule.micro(step)
+        return micro, [self.rows.read(m) for m in micro]
 
     def _run(self, start: int, stop: int) -> None:
         for step in range(start, stop):
@@ -96,15 +97,15 @@ class Prefetch:
             if self._stop.is_set() or item[2] is not None:
                 return
 
-    def get(self, step: int) -> list[list[Sequence]]:
+    def get(self, step: int) -> tuple[list[list[int]], list[list[Sequence]]]:
         if self._thread is None:
             return self._read(step)
-        got, seqs, err = self._q.get()
+        got, read, err = self._q.get()
         if err is not None:
             raise err
         if got != step:
             raise RuntimeError(f"train: prefetched step {got}, expected {step}")
-        return seqs
+        return read
 
     def close(self) -> None:
         self._stop.set()

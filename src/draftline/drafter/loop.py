@@ -95,8 +95,7 @@ def train(drafter, embed_w, lm_head_w, train_rows, val_rows, dp: DrafterParams, 
         step = start
         while step < total:
             epoch = step // per_epoch
-            micro = schedule.micro(step)
-            seqs = fetch.get(step)
+            micro, seqs = fetch.get(step)
             built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
             local_w = sum(float(b.weights.sum()) for b in built)
             pad = Padding()

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 
+from ..hidden.capture import right_padded
 from ..hidden.plan import Record
 from ..hidden.store import Sequence
 from ..hidden.token_rows import TokenRows
@@ -63,11 +64,7 @@ class OnlineRows:
             return []
         rows = [self._tokens[self.rows[i]] for i in indices]
         lengths = [len(r["input_ids"]) for r in rows]
-        ids = torch.full((len(rows), max(lengths)), self.pad_id, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        for j, r in enumerate(rows):
-            ids[j, : lengths[j]] = torch.tensor(r["input_ids"])
-            attn[j, : lengths[j]] = 1
+        ids, attn = right_padded([r["input_ids"] for r in rows], self.pad_id)
         with self.lock:
             states, _, _ = self.capture(ids, attn)
         out = []

@@ -20,6 +20,17 @@ from .plan import Record
 HEAD_ROWS = 1024  # LM-head rows per chunk: 1024 x 248K fp32 logits is 1 GB
 
 
+def right_padded(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists -> (ids, attention mask) [b, longest], padded on the right."""
+    width = max(len(x) for x in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    for j, x in enumerate(seqs):
+        ids[j, : len(x)] = torch.tensor(x)
+        attn[j, : len(x)] = 1
+    return ids, attn
+
+
 class _Stop(Exception):
     """Raised by the deepest hook when nothing above it is needed."""
 

@@ -34,6 +34,7 @@ from ..precision import batch_dtype
 from ..progress import bar
 from ..target.info import TargetInfo
 from . import ledger
+from .capture import right_padded
 from .plan import Plan, PlanError, Record, Shard, batches, check_space, human, plan
 from .shard_file import ShardFileWriter
 from .store import INDEX, MANIFEST
@@ -217,12 +218,7 @@ class TransformersProducer:
     def __call__(self, shard_rows: list[dict]):
         lengths = [len(r["input_ids"]) for r in shard_rows]
         for b in batches(lengths, self.batch_tokens):
-            width = max(lengths[i] for i in b)
-            ids = torch.full((len(b), width), self.pad_id, dtype=torch.long)
-            attn = torch.zeros((len(b), width), dtype=torch.long)
-            for j, i in enumerate(b):
-                ids[j, : lengths[i]] = torch.tensor(shard_rows[i]["input_ids"])
-                attn[j, : lengths[i]] = 1
+            ids, attn = right_padded([shard_rows[i]["input_ids"] for i in b], self.pad_id)
             self.padded += ids.numel()
             states, k_ids, k_lp = self.capture(ids, attn)
             # One copy per batch off the device, in the stored dtype, without the padding.
