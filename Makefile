@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all preset venv test test-fast test-assets results gpu-check bench-client bench-dedupe bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
+.PHONY: all preset venv test test-fast test-assets results gpu-check bench-client bench-dedupe bench-prompts bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -78,8 +78,13 @@ gpu-check: $(STAMP)
 bench-client: $(TEST_STAMP)
 	$(BIN)/python bench/bench_client.py
 
+# bench-dedupe: near-dedupe at 10M prompts, and at 1M against datasketch and rensa.
+# bench-prompts: download + mix at 10M prompts from a local Parquet file.
 bench-dedupe: $(TEST_STAMP)
 	$(BIN)/python bench/bench_dedupe.py
+
+bench-prompts: $(TEST_STAMP)
+	$(BIN)/python bench/bench_prompts.py
 
 # SpecForge pins torch 2.11 and pulls sglang; its DFlash training module needs neither.
 bench-train: $(STAMP)

@@ -1,6 +1,7 @@
-"""Near-duplicate removal at 1M prompts: draftline vs datasketch's MinHashLSH.
+"""Near-duplicate removal: draftline at 10M prompts, and at 1M against datasketch's
+MinHashLSH and rensa's RMinHashLSH (a Rust MinHash).
 
-    .venv/bin/python bench/bench_dedupe.py [--n 1000000] [--dup-rate 0.2]
+    .venv/bin/python bench/bench_dedupe.py [--n 10000000] [--compare-n 1000000] [--dup-rate 0.2]
 
 Builds a corpus of synthetic prompts (Zipf-distributed vocabulary, sentences of 6-12
 words) and plants near-duplicates of random originals at known rates: word edits
@@ -10,7 +11,12 @@ be dropped, the originals kept. Each method runs in its own process on the same 
 and settings (shingle size, permutations, bands, threshold); wall time and peak RSS
 are measured there, precision and recall here. datasketch is used as documented for
 speed (permutations shared between MinHash objects, update_batch), with candidates kept
-only when their estimated Jaccard passes the threshold, like draftline's links.
+only when their estimated Jaccard passes the threshold, like draftline's links; rensa the
+same way (RMinHash signatures, RMinHashLSH with the same bands, query then insert).
+
+The 1M corpus is the one earlier runs used (seed 0). The 10M corpus is ten such blocks
+(seeds 0-9), each with its own originals and planted copies, written block by block so
+this process never holds 10M texts.
 """
 
 from __future__ import annotations
@@ -99,23 +105,21 @@ def run_draftline(corpus: Path, settings: dict) -> np.ndarray:
 _W = re.compile(r"[^\W_]+")
 
 
-def run_datasketch(corpus: Path, settings: dict) -> np.ndarray:
-    from datasketch import MinHash, MinHashLSH
+def _shingles(text: str, k: int) -> list[str]:
+    toks = _W.findall(unicodedata.normalize("NFKC", text).lower())
+    return [" ".join(toks[j : j + k]) for j in range(max(len(toks) - k + 1, 1))] if toks else []
 
-    texts = pq.read_table(corpus)["text"].to_pylist()
-    k, num_perm, bands = settings["shingle"], settings["num_perm"], settings["bands"]
-    lsh = MinHashLSH(num_perm=num_perm, params=(bands, num_perm // bands))
-    first = MinHash(num_perm=num_perm, seed=settings["seed"])
-    perms, scheme = first.permutations, first.scheme
-    kept: dict[int, MinHash] = {}
+
+def _query_then_insert(texts: list[str], settings: dict, signature, lsh) -> np.ndarray:
+    """The peers' documented loop: a text is dropped when a kept text found by the LSH
+    query is similar enough; otherwise it is inserted and kept."""
+    kept = {}
     drop = np.zeros(len(texts), bool)
     for i, t in enumerate(texts):
-        toks = _W.findall(unicodedata.normalize("NFKC", t).lower())
-        if not toks:
+        sh = _shingles(t, settings["shingle"])
+        if not sh:
             continue
-        sh = [" ".join(toks[j : j + k]).encode() for j in range(max(len(toks) - k + 1, 1))]
-        m = MinHash(num_perm=num_perm, permutations=perms, scheme=scheme)
-        m.update_batch(sh)
+        m = signature(sh)
         if any(m.jaccard(kept[c]) >= settings["threshold"] for c in lsh.query(m)):
             drop[i] = True
             continue
@@ -124,56 +128,109 @@ def run_datasketch(corpus: Path, settings: dict) -> np.ndarray:
     return drop
 
 
+def run_rensa(corpus: Path, settings: dict) -> np.ndarray:
+    from rensa import RMinHash, RMinHashLSH
+
+    num_perm = settings["num_perm"]
+
+    def signature(sh: list[str]) -> RMinHash:
+        m = RMinHash(num_perm=num_perm, seed=settings["seed"])
+        m.update(sh)
+        return m
+
+    lsh = RMinHashLSH(threshold=settings["threshold"], num_perm=num_perm, num_bands=settings["bands"])
+    return _query_then_insert(pq.read_table(corpus)["text"].to_pylist(), settings, signature, lsh)
+
+
+def run_datasketch(corpus: Path, settings: dict) -> np.ndarray:
+    from datasketch import MinHash, MinHashLSH
+
+    num_perm, bands = settings["num_perm"], settings["bands"]
+    first = MinHash(num_perm=num_perm, seed=settings["seed"])
+    perms, scheme = first.permutations, first.scheme
+
+    def signature(sh: list[str]) -> MinHash:
+        m = MinHash(num_perm=num_perm, permutations=perms, scheme=scheme)
+        m.update_batch([x.encode() for x in sh])
+        return m
+
+    lsh = MinHashLSH(num_perm=num_perm, params=(bands, num_perm // bands))
+    return _query_then_insert(pq.read_table(corpus)["text"].to_pylist(), settings, signature, lsh)
+
+
 def child(method: str, corpus: str, settings: str, out: str) -> None:
     t0 = time.perf_counter()
-    drop = {"draftline": run_draftline, "datasketch": run_datasketch}[method](Path(corpus), json.loads(settings))
+    runs = {"draftline": run_draftline, "datasketch": run_datasketch, "rensa": run_rensa}
+    drop = runs[method](Path(corpus), json.loads(settings))
     wall = time.perf_counter() - t0
     np.save(out, drop)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"wall_s": wall, "peak_rss_mb": peak}))
 
 
+def write_corpus(path: Path, n: int, dup_rate: float) -> tuple[np.ndarray, dict]:
+    """Blocks of up to 1M prompts (seed = block number) into one Parquet file; the truth."""
+    truth, planted = [], {}
+    with pq.ParquetWriter(path, pa.schema([("text", pa.large_string())])) as w:
+        for b, lo in enumerate(range(0, n, 1_000_000)):
+            texts, t, p = make_corpus(min(1_000_000, n - lo), dup_rate, seed=b)
+            w.write_table(pa.table({"text": pa.array(texts, pa.large_string())}))
+            truth.append(t)
+            planted = {k: planted.get(k, 0) + v for k, v in p.items()}
+    return np.concatenate(truth), planted
+
+
+def measure(method: str, corpus: Path, truth: np.ndarray, settings: dict, out: Path) -> dict:
+    res = subprocess.run([sys.executable, __file__, "--child", method, str(corpus), json.dumps(settings), str(out)],
+                         capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(res.stderr[-2000:])
+    m = json.loads(res.stdout.strip().splitlines()[-1])
+    drop = np.load(out)
+    tp = int((drop & truth).sum())
+    m.update(method=method, n=len(truth), dropped=int(drop.sum()), precision=tp / max(int(drop.sum()), 1),
+             recall=tp / int(truth.sum()))
+    print(f"{method} at {len(truth):,}: {m}", file=sys.stderr, flush=True)
+    return m
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--n", type=int, default=10_000_000, help="prompts for draftline alone (0: none)")
+    ap.add_argument("--compare-n", type=int, default=1_000_000, help="prompts for every method")
     ap.add_argument("--dup-rate", type=float, default=0.2)
     ap.add_argument("--shingle", type=int, default=3)
     ap.add_argument("--num-perm", type=int, default=128)
     ap.add_argument("--bands", type=int, default=32)
     ap.add_argument("--threshold", type=float, default=0.7)
-    ap.add_argument("--methods", default="draftline,datasketch")
+    ap.add_argument("--methods", default="draftline,datasketch,rensa", help="at --compare-n")
     a = ap.parse_args()
     settings = {"shingle": a.shingle, "num_perm": a.num_perm, "bands": a.bands, "threshold": a.threshold, "seed": 0}
-    t0 = time.perf_counter()
-    texts, truth, planted = make_corpus(a.n, a.dup_rate)
-    print(f"corpus: {a.n:,} prompts, planted {truth.sum():,} near-duplicates {planted} "
-          f"({time.perf_counter() - t0:.0f} s to build)", file=sys.stderr)
+    rows = []
     with tempfile.TemporaryDirectory() as d:
-        corpus = Path(d) / "corpus.parquet"
-        pq.write_table(pa.table({"text": pa.array(texts, pa.large_string())}), corpus)
-        rows = []
-        for method in a.methods.split(","):
-            out = Path(d) / f"{method}.npy"
-            res = subprocess.run([sys.executable, __file__, "--child", method, str(corpus), json.dumps(settings),
-                                  str(out)], capture_output=True, text=True)
-            if res.returncode:
-                raise SystemExit(res.stderr[-2000:])
-            m = json.loads(res.stdout.strip().splitlines()[-1])
-            drop = np.load(out)
-            tp = int((drop & truth).sum())
-            m.update(method=method, dropped=int(drop.sum()), precision=tp / max(int(drop.sum()), 1),
-                     recall=tp / int(truth.sum()))
-            print(f"{method}: {m}", file=sys.stderr)
-            rows.append(m)
-    print(f"\n{a.n:,} prompts, {int(truth.sum()):,} planted; shingle {a.shingle} words, {a.num_perm} permutations, "
-          f"{a.bands} bands, threshold {a.threshold}\n")
-    print("| method | wall time | peak RSS | dropped | precision | recall |")
-    print("| --- | --- | --- | --- | --- | --- |")
+        for n, methods in ((a.n, ["draftline"]), (a.compare_n, a.methods.split(","))):
+            if not n:
+                continue
+            t0 = time.perf_counter()
+            corpus = Path(d) / f"corpus-{n}.parquet"
+            truth, planted = write_corpus(corpus, n, a.dup_rate)
+            print(f"corpus: {n:,} prompts, planted {truth.sum():,} near-duplicates {planted} "
+                  f"({time.perf_counter() - t0:.0f} s to build)", file=sys.stderr, flush=True)
+            for method in methods:
+                rows.append(measure(method, corpus, truth, settings, Path(d) / f"{method}.npy"))
+            corpus.unlink()
+    print(f"\nplanted near-duplicates: {a.dup_rate:.0%} of the prompts; shingle {a.shingle} words, "
+          f"{a.num_perm} permutations, {a.bands} bands, threshold {a.threshold}\n")
+    print("| prompts | method | wall time | peak RSS | dropped | precision | recall |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for m in rows:
-        print(f"| {m['method']} | {m['wall_s']:.1f} s | {m['peak_rss_mb']:,.0f} MB | {m['dropped']:,} | "
+        print(f"| {m['n']:,} | {m['method']} | {m['wall_s']:.1f} s | {m['peak_rss_mb']:,.0f} MB | {m['dropped']:,} | "
               f"{m['precision']:.4f} | {m['recall']:.4f} |")
-    if len(rows) == 2:
-        print(f"\nspeed-up: {rows[1]['wall_s'] / rows[0]['wall_s']:.1f}x")
+    base = next((m for m in rows if m["method"] == "draftline" and m["n"] == a.compare_n), None)
+    for m in rows:
+        if base and m["n"] == a.compare_n and m is not base:
+            print(f"at {a.compare_n:,}, {m['method']} takes {m['wall_s'] / base['wall_s']:.1f}x draftline's time "
+                  f"and {m['peak_rss_mb'] / base['peak_rss_mb']:.1f}x its peak memory")
 
 
 if __name__ == "__main__":

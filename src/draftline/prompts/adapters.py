@@ -3,15 +3,14 @@ its rows map to messages, and how each row gets a category.
 
 Field names and nesting follow each dataset as published; tests run every adapter on a
 small file written in that schema. A mapper returns the messages (user and system turns
-only) or the reason the row cannot be used.
+only) or the reason the row cannot be used; a category function returns the row's own
+label, or None for the rule (categories.py), which then runs on the whole frame at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
-
-from .categories import by_rule
 
 ROLE_ALIASES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
                 "bing": "assistant", "bard": "assistant", "model": "assistant", "system": "system"}
@@ -74,11 +73,11 @@ NEMOTRON_CATEGORIES = {"code": "coding", "math": "math", "science": "reasoning",
                        "chat": "chat", "safety": "safety", "tool_calling": "tool_use", "tool": "tool_use"}
 
 
-def _nemotron_category(row: dict, msgs: list[dict]) -> str:
+def _nemotron_category(row: dict, msgs: list[dict]) -> str | None:
     cat = str(row.get("category") or "")
     if cat.startswith("multilingual"):
         return "multilingual"
-    return NEMOTRON_CATEGORIES.get(cat) or by_rule(msgs)
+    return NEMOTRON_CATEGORIES.get(cat)
 
 
 def _conversations(row: dict) -> Mapped:
@@ -92,7 +91,7 @@ _INFINITY_ABILITIES = [("program", "coding"), ("code", "coding"), ("software", "
                        ("creat", "writing"), ("writ", "writing"), ("literary", "writing")]
 
 
-def _infinity_category(row: dict, msgs: list[dict]) -> str:
+def _infinity_category(row: dict, msgs: list[dict]) -> str | None:
     # Infinity-Instruct labels: langdetect ("en", "zh-cn", ...) and label.cate_ability_en.
     if row.get("langdetect") not in (None, "en"):
         return "multilingual"
@@ -101,7 +100,7 @@ def _infinity_category(row: dict, msgs: list[dict]) -> str:
     for key, cat in _INFINITY_ABILITIES:
         if key in abilities:
             return cat
-    return by_rule(msgs)
+    return None
 
 
 def _codealpaca(row: dict) -> Mapped:
@@ -131,10 +130,10 @@ MAGPIE_CATEGORIES = {"coding & debugging": "coding", "math": "math", "reasoning"
                      "information seeking": "chat", "role playing": "chat", "others": "chat"}
 
 
-def _magpie_category(row: dict, msgs: list[dict]) -> str:
+def _magpie_category(row: dict, msgs: list[dict]) -> str | None:
     if str(row.get("language") or "EN").upper() not in ("EN", "ENGLISH"):
         return "multilingual"
-    return MAGPIE_CATEGORIES.get(str(row.get("task_category") or "").lower()) or by_rule(msgs)
+    return MAGPIE_CATEGORIES.get(str(row.get("task_category") or "").lower())
 
 
 def _field(name: str) -> Callable[[dict], Mapped]:
@@ -143,12 +142,12 @@ def _field(name: str) -> Callable[[dict], Mapped]:
     return mapper
 
 
-def _fixed(category: str) -> Callable[[dict, list[dict]], str]:
+def _fixed(category: str) -> Callable[[dict, list[dict]], str | None]:
     return lambda row, msgs: category
 
 
-def _rule(row: dict, msgs: list[dict]) -> str:
-    return by_rule(msgs)
+def _rule(row: dict, msgs: list[dict]) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ class Adapter:
     config: str | None
     split: str
     messages: Callable[[dict], Mapped]
-    category: Callable[[dict, list[dict]], str]
+    category: Callable[[dict, list[dict]], str | None]
     data_files: str | None = None
 
 

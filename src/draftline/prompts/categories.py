@@ -14,33 +14,43 @@ match wins:
 
 from __future__ import annotations
 
-import re
+import polars as pl
+
+from .schema import MESSAGES
 
 CATEGORIES = ["coding", "math", "reasoning", "writing", "chat", "multiturn", "multilingual", "tool_use", "safety"]
 
-_TOOLS = re.compile(r'"(?:functions|tools)"\s*:|\bfunction[_ ]call|\btool[_ ]call|\bavailable tools\b', re.I)
-_CODE = re.compile(r"```|\b(?:python|javascript|typescript|java|c\+\+|rust|golang|sql|html|css|bash|regex|"
-                   r"function|class|method|compile[rd]?|debug|bug|code|script|api|algorithm|implement|program(?:ming)?|segfault|"
-                   r"def|return|array|string|integer)\b", re.I)
-_MATH = re.compile(r"\d\s*[-+*/^=]\s*\d|\$[^$]+\$|\\frac|\b(?:solve|equation|integral|derivative|probability|"
-                   r"calculate|compute|sum of|product of|how many|how much|percent|remainder|prime|"
-                   r"triangle|polynomial|matrix)\b", re.I)
-_WRITING = re.compile(r"\b(?:write|compose|draft|create)\b.{0,40}\b(?:story|poem|essay|letter|email|article|"
-                      r"blog|song|lyrics|script|speech|review|summary|paragraph|haiku|post)\b", re.I | re.S)
-_REASONING = re.compile(r"\b(?:puzzle|riddle|logic(?:al)?|step by step|which of the following|deduce|"
-                        r"if all|true or false|explain why)\b", re.I)
+# Rust regex syntax (polars): case-insensitive, Unicode word boundaries and digits.
+_TOOLS = r'(?i)"(?:functions|tools)"\s*:|\bfunction[_ ]call|\btool[_ ]call|\bavailable tools\b'
+_CODE = (r"(?i)```|\b(?:python|javascript|typescript|java|c\+\+|rust|golang|sql|html|css|bash|regex|"
+         r"function|class|method|compile[rd]?|debug|bug|code|script|api|algorithm|implement|program(?:ming)?|segfault|"
+         r"def|return|array|string|integer)\b")
+_MATH = (r"(?i)\d\s*[-+*/^=]\s*\d|\$[^$]+\$|\\frac|\b(?:solve|equation|integral|derivative|probability|"
+         r"calculate|compute|sum of|product of|how many|how much|percent|remainder|prime|"
+         r"triangle|polynomial|matrix)\b")
+_WRITING = (r"(?is)\b(?:write|compose|draft|create)\b.{0,40}\b(?:story|poem|essay|letter|email|article|"
+            r"blog|song|lyrics|script|speech|review|summary|paragraph|haiku|post)\b")
+_REASONING = (r"(?i)\b(?:puzzle|riddle|logic(?:al)?|step by step|which of the following|deduce|"
+              r"if all|true or false|explain why)\b")
+_PATTERNS = [("tool_use", _TOOLS), ("coding", _CODE), ("math", _MATH), ("writing", _WRITING), ("reasoning", _REASONING)]
+
+
+def rule(messages: str = "messages") -> pl.Expr:
+    """The rule above over a column of messages, for a whole frame at once (in a lazy
+    frame, so the text is joined once for every test)."""
+    msgs = pl.col(messages)
+    users = msgs.list.eval(pl.element().struct.field("role") == "user").list.sum()
+    text = msgs.list.eval(pl.element().struct.field("content")).list.join("\n")
+    # Letters as characters less non-letters: spaces and punctuation are the fewer matches.
+    letters = text.str.len_chars() - text.str.count_matches(r"[^\p{L}]")
+    foreign = text.str.count_matches(r"[\p{L}&&[^\x00-\x7F]]")
+    expr = pl.when(users > 1).then(pl.lit("multiturn"))
+    expr = expr.when((letters > 0) & (foreign > 0.3 * letters)).then(pl.lit("multilingual"))
+    for name, pattern in _PATTERNS:
+        expr = expr.when(text.str.contains(pattern)).then(pl.lit(name))
+    return expr.otherwise(pl.lit("chat"))
 
 
 def by_rule(messages: list[dict]) -> str:
-    users = [m["content"] for m in messages if m["role"] == "user"]
-    if len(users) > 1:
-        return "multiturn"
-    text = "\n".join(m["content"] for m in messages)
-    letters = [c for c in text if c.isalpha()]
-    if letters and sum(not c.isascii() for c in letters) > 0.3 * len(letters):
-        return "multilingual"
-    for name, pattern in (("tool_use", _TOOLS), ("coding", _CODE), ("math", _MATH), ("writing", _WRITING),
-                          ("reasoning", _REASONING)):
-        if pattern.search(text):
-            return name
-    return "chat"
+    """The rule for one conversation (the same expression on a one-row frame)."""
+    return pl.LazyFrame({"messages": [messages]}, schema={"messages": MESSAGES}).select(rule()).collect().item()

@@ -18,8 +18,10 @@ import click
 from .. import paths
 from ..command import path_option, run_stage
 from ..config import SourceParams
-from ..io import write_json, write_parquet
-from .sources import load_source
+from ..cost import Cost
+from ..io import write_json
+from .schema import PROMPTS, ParquetOut
+from .sources import SourceReport, source_frames
 
 
 def local_file(src: SourceParams) -> Path | None:
@@ -45,19 +47,24 @@ def check_inputs(sources: list[SourceParams], inputs: list[Path]) -> None:
 
 def run(params, inputs: list[Path], out: Path, metrics: Path) -> None:
     check_inputs(params.download.sources, inputs)
-    rows, report = [], {}
-    for src in params.download.sources:
-        got, rep = load_source(src)
-        rows.extend(got)
-        report[src.name] = {"role": src.role, "read": rep.rows_read, "kept": rep.rows_kept,
-                            "skipped": sum(rep.skipped.values()), "skipped_by_reason": rep.skipped,
-                            "skipped_examples": [f"row {r}: {why}" for r, why in rep.examples]}
-        line = f"download: {src.name}: {rep.rows_kept} prompts"
-        if rep.skipped:
-            line += f", skipped {sum(rep.skipped.values())} ({'; '.join(f'row {r}: {w}' for r, w in rep.examples)})"
-        print(line)
-    write_parquet(out, rows)
-    write_json(metrics, {"sources": report, "total": len(rows)})
+    cost, report = Cost(), {}
+    with ParquetOut(out, PROMPTS) as writer:
+        for src in params.download.sources:
+            rep = SourceReport(src.name)
+            for df in source_frames(src, rep):
+                writer.write(df)
+            report[src.name] = _report(src, rep)
+    write_json(metrics, {"sources": report, "total": writer.rows, "cost": cost.report(writer.rows)})
+
+
+def _report(src, rep: SourceReport) -> dict:
+    line = f"download: {src.name}: {rep.rows_kept} prompts"
+    if rep.skipped:
+        line += f", skipped {sum(rep.skipped.values())} ({'; '.join(f'row {r}: {w}' for r, w in rep.examples)})"
+    print(line)
+    return {"role": src.role, "read": rep.rows_read, "kept": rep.rows_kept,
+            "skipped": sum(rep.skipped.values()), "skipped_by_reason": rep.skipped,
+            "skipped_examples": [f"row {r}: {why}" for r, why in rep.examples]}
 
 
 @click.command("download")
@@ -72,4 +79,4 @@ def command(settings, inputs, out, metrics):
     """Read every prompt source into one Parquet file.
 
     Params: `download`. Malformed rows are counted and skipped, named by source and row."""
-    run_stage(settings, lambda params: run(params, list(inputs), out, metrics))
+    run_stage(settings, lambda params: run(params, list(inputs), out, metrics), torch_threads=False)

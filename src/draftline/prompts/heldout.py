@@ -3,6 +3,8 @@ split into train and eval rows), the mix's eval cap and the benchmark's selectio
 
 from __future__ import annotations
 
+import polars as pl
+
 
 def eval_order(row: dict) -> tuple[int, str]:
     """By id length, then id, so that numbered ids sort numerically (humaneval-2 before
@@ -10,7 +12,13 @@ def eval_order(row: dict) -> tuple[int, str]:
     return len(row["id"]), row["id"]
 
 
-def split_holdout(rows: list[dict], holdout: int) -> list[dict]:
+def in_eval_order(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame's rows in `eval_order`."""
+    return df.sort(pl.col("id").str.len_chars(), pl.col("id"), maintain_order=True)
+
+
+def split_holdout(df: pl.DataFrame, holdout: int) -> pl.DataFrame:
     """The first `holdout` rows in eval order become eval rows, the rest training rows."""
-    held = {r["id"] for r in sorted(rows, key=eval_order)[:holdout]}
-    return [{**r, "role": "eval" if r["id"] in held else "train"} for r in rows]
+    held = in_eval_order(df)["id"].head(holdout)
+    return df.with_columns(role=pl.when(pl.col("id").is_in(held.implode())).then(pl.lit("eval"))
+                           .otherwise(pl.lit("train")))

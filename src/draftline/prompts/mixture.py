@@ -11,70 +11,80 @@ import math
 import random
 from collections import Counter
 
+import polars as pl
+
 from ..config import FollowupParams, MixParams
+from .dedupe import counts
 
 
-def mix_by_category(rows: list[dict], params: MixParams) -> tuple[list[dict], list[str]]:
+def mix_by_category(df: pl.DataFrame, params: MixParams) -> tuple[pl.DataFrame, list[str]]:
     """Sample without replacement to match the category weights; return rows and warnings."""
-    by_cat: dict[str, list[dict]] = {}
-    for r in rows:
-        by_cat.setdefault(r["category"], []).append(r)
+    have = counts(df, "category")
     weights = {c: w for c, w in params.category_weights.items() if w > 0}
     warnings = []
     if not weights:
-        return [], ["every category weight is zero"]
+        return df.clear(), ["every category weight is zero"]
     # A weighted category no source supplies (a source left out of download.sources) is
     # left out with a warning; counting it would size the whole mix to zero.
-    for c in sorted(c for c in weights if not by_cat.get(c)):
+    for c in sorted(c for c in weights if not have.get(c)):
         warnings.append(f"category '{c}' has no prompts; left out of the mix")
         del weights[c]
     if not weights:
-        return [], warnings
+        return df.clear(), warnings
     total_w = sum(weights.values())
     if params.total is None:
         # The largest mix that meets every weight exactly.
-        total = min(len(by_cat.get(c, [])) / (w / total_w) for c, w in weights.items())
+        total = min(have.get(c, 0) / (w / total_w) for c, w in weights.items())
         total = int(math.floor(total + 1e-9))
     else:
         total = params.total
     rng = random.Random(params.seed)
-    out = []
+    parts = []
     for cat in sorted(weights):
-        pool = sorted(by_cat.get(cat, []), key=lambda r: r["id"])
+        pool = df.filter(pl.col("category") == cat).sort("id", maintain_order=True)
         want = round(total * weights[cat] / total_w)
-        if want > len(pool):
-            warnings.append(f"category '{cat}' has {len(pool)} prompts, weight asks for {want}")
-            want = len(pool)
-        out.extend(rng.sample(pool, want))
-    out.sort(key=lambda r: r["id"])
-    return out, warnings
+        if want > pool.height:
+            warnings.append(f"category '{cat}' has {pool.height} prompts, weight asks for {want}")
+            want = pool.height
+        # The positions random.sample would pick from the pool as a list.
+        parts.append(pool[rng.sample(range(pool.height), want)])
+    return pl.concat(parts).sort("id", maintain_order=True), warnings
 
 
-def split(rows: list[dict], val_fraction: float, seed: int) -> list[dict]:
+def _unit(key: str, h: bytes | None = None) -> float:
+    h = h or hashlib.sha1(key.encode()).digest()
+    return int.from_bytes(h[:4], "big") / 0xFFFFFFFF
+
+
+def split(df: pl.DataFrame, val_fraction: float, seed: int) -> pl.DataFrame:
     """Assign split=train|val deterministically by hashing (seed, id): stable under
     additions, so adding prompts does not reshuffle the validation set."""
-    out = []
-    for r in rows:
-        h = int(hashlib.sha1(f"{seed}:{r['id']}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-        out.append({**r, "split": "val" if h < val_fraction else "train"})
-    return out
+    val = [_unit(f"{seed}:{i}") < val_fraction for i in df["id"].to_list()]
+    return df.with_columns(split=pl.when(pl.Series(val, dtype=pl.Boolean)).then(pl.lit("val"))
+                           .otherwise(pl.lit("train")))
 
 
-def add_followups(rows: list[dict], p: FollowupParams, seed: int) -> tuple[list[dict], Counter]:
+def add_followups(df: pl.DataFrame, p: FollowupParams, seed: int) -> tuple[pl.DataFrame, Counter]:
     """Give a share of the single-turn prompts a second user turn (rewrite, explain, test...).
 
     The target then answers turn 1 and, with its own answer in view, turn 2: the MT-Bench
     second-turn situation, where much of the answer restates the first. A drafter learns to
     copy from context only if its data has such turns. Which prompts, and which follow-up,
     is a pure function of (seed, id), so adding prompts changes no earlier choice."""
-    out, added = [], Counter()
-    for r in rows:
-        users = [m for m in r["messages"] if m["role"] == "user"]
-        options = p.turns.get(r["category"], [])
-        h = hashlib.sha1(f"followup:{seed}:{r['id']}".encode()).digest()
-        if len(users) == 1 and options and int.from_bytes(h[:4], "big") / 0xFFFFFFFF < p.fraction:
-            turn = options[int.from_bytes(h[4:8], "big") % len(options)]
-            r = {**r, "messages": list(r["messages"]) + [{"role": "user", "content": turn}]}
-            added[r["category"]] += 1
-        out.append(r)
+    if not p.fraction or not df.height:
+        return df, Counter()
+    users = df.select(pl.col("messages").list.eval(pl.element().struct.field("role") == "user").list.sum())
+    turns, added = [], Counter()
+    for rid, cat, n_users in zip(df["id"].to_list(), df["category"].to_list(), users.to_series().to_list()):
+        options = p.turns.get(cat, [])
+        h = hashlib.sha1(f"followup:{seed}:{rid}".encode()).digest()
+        if n_users == 1 and options and _unit("", h) < p.fraction:
+            turns.append(options[int.from_bytes(h[4:8], "big") % len(options)])
+            added[cat] += 1
+        else:
+            turns.append(None)
+    turn = pl.Series("turn", turns, dtype=pl.String)
+    second = pl.concat_list(pl.struct(pl.lit("user").alias("role"), turn.alias("content")))
+    out = df.with_columns(messages=pl.when(turn.is_not_null()).then(pl.col("messages").list.concat(second))
+                          .otherwise(pl.col("messages")))
     return out, added

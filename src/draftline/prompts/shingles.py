@@ -1,10 +1,11 @@
 """Word shingles of many texts at once, as 64-bit hashes, without a Python loop per text.
 
 Texts are normalised (NFKC, lower case, anything but letters and digits is a space) and
-split into words by Arrow's vectorised string kernels; words become integer ids by one
-dictionary encoding over the whole batch, and k-word shingles are hashed from those ids
-with NumPy. Ids are only meaningful within one call, so texts to be compared (training
-prompts against benchmark prompts) go into the same call.
+split into words by Arrow's vectorised string kernels; each distinct word of a call is
+hashed once (xxh3-64 of its UTF-8 bytes), and k-word shingles are hashed from those word
+hashes with NumPy. A word's hash depends on the word alone, so texts can be shingled in
+chunks, in separate calls, and still be compared: 10M prompts never need their words in
+memory at once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 _P = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant for polynomial combining
 
@@ -34,7 +36,7 @@ def mix64(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Words:
-    ids: np.ndarray  # uint64 word ids, all texts concatenated
+    ids: np.ndarray  # uint64 word hashes, all texts concatenated
     offsets: np.ndarray  # int64, len(texts) + 1
 
     @property
@@ -50,7 +52,10 @@ def _split(arr: pa.Array) -> pa.ListArray:
     return pc.utf8_split_whitespace(arr)
 
 
-def words(texts: list[str] | pa.Array, workers: int | None = None) -> Words:
+def words(texts, workers: int | None = None) -> Words:
+    """Words of a list of str, an Arrow string array or a polars Series."""
+    if hasattr(texts, "to_arrow"):  # polars
+        texts = texts.to_arrow()
     arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(texts, pa.large_string())
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -67,8 +72,13 @@ def words(texts: list[str] | pa.Array, workers: int | None = None) -> Words:
     if not keep.all():
         flat = flat.filter(pa.array(keep))
         offsets = np.concatenate([[0], np.cumsum(keep)])[offsets]
-    ids = pc.dictionary_encode(flat).indices if len(flat) else pa.array([], pa.int32())
-    return Words(ids.to_numpy(zero_copy_only=False).astype(np.uint64), offsets)
+    if not len(flat):
+        return Words(np.zeros(0, np.uint64), offsets)
+    # One hash per distinct word (a chunk of prompts has far fewer words than tokens).
+    enc = pc.dictionary_encode(flat)
+    hashes = np.fromiter((xxhash.xxh3_64_intdigest(w) for w in enc.dictionary.cast(pa.large_binary()).to_pylist()),
+                         np.uint64, count=len(enc.dictionary))
+    return Words(hashes[enc.indices.to_numpy(zero_copy_only=False)], offsets)
 
 
 def _poly(x: np.ndarray, k: int) -> np.ndarray:
