@@ -234,17 +234,20 @@ def _prompt_column(src: SourceParams):
         if not _is_text(batch.schema.field(src.prompt_field).type):
             return None
         df = pl.from_arrow(pa.Table.from_batches([batch]))
-        df = df.with_row_index("row", offset=first)
         text = pl.col(src.prompt_field)
+        # Each row's state once: no text (-1), blank text (0), text to keep (1).
+        df = df.with_row_index("row", offset=first).with_columns(
+            state=pl.when(text.is_null()).then(-1).when(text.str.strip_chars().str.len_bytes() == 0).then(0)
+            .otherwise(1))
         report.rows_read += df.height
-        missing = df.filter(text.is_null())
+        missing = df.filter(pl.col("state") == -1)
         report.skip_many(missing["row"].head(20).to_list(), missing.height,
                          f"no '{src.messages_field}' or '{src.prompt_field}' field")
-        empty = df.filter(text.is_not_null() & (text.str.strip_chars().str.len_bytes() == 0))
+        empty = df.filter(pl.col("state") == 0)
         report.skip_many(empty["row"].head(20).to_list(), empty.height, "no user message")
         labelled = src.category_field in names and _is_text(batch.schema.field(src.category_field).type)
         label = pl.col(src.category_field).cast(pl.String) if labelled else pl.lit(None, pl.String)
-        kept = df.filter(text.is_not_null() & (text.str.strip_chars().str.len_bytes() > 0))
+        kept = df.filter(pl.col("state") == 1)
         return kept.select(
             pl.Series("id", prompt_ids(src.name, kept[src.prompt_field].to_list()), dtype=pl.String),
             pl.concat_list(pl.struct(pl.lit("user").alias("role"), text.cast(pl.String).alias("content")))
