@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from draftline import config
+from draftline.config import params as config
 from draftline.paths import declared
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import torch
 from _setup import training_setup
 
 from draftline.drafter.head_vocab import HeadVocab
-from draftline.drafter.step import Step
+from draftline.drafter.train_step import Step
 from draftline.precision import bf16_units
 
 BATCHES = 8

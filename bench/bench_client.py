@@ -69,7 +69,7 @@ def _messages(i: int) -> list[dict]:
 
 
 def bench_client(url: str, n: int, in_flight: int) -> int:
-    from draftline.config import OpenAIParams
+    from draftline.config.regenerate import OpenAIParams
     from draftline.regenerate.client import ChatClient
     from draftline.regenerate.endpoints import EndpointPool
 
@@ -92,8 +92,8 @@ def bench_client(url: str, n: int, in_flight: int) -> int:
 
 
 def bench_stage(url: str, n: int, in_flight: int) -> int:
-    from draftline.config import OpenAIParams, RegenerateParams
-    from draftline.regenerate.drive import regenerate
+    from draftline.config.regenerate import OpenAIParams, RegenerateParams
+    from draftline.regenerate.drive import answer_all
     from draftline.regenerate.openai_run import OpenAIDriver
 
     p = RegenerateParams(backend="openai", max_new_tokens=16, shard_rows=1024,
@@ -101,7 +101,7 @@ def bench_stage(url: str, n: int, in_flight: int) -> int:
     rows = [{"id": str(i), "source": "b", "category": "chat", "split": "train", "messages": _messages(i)}
             for i in range(n)]
     with tempfile.TemporaryDirectory() as d:
-        out = regenerate(rows, OpenAIDriver(p, Path(d)), p, "fp", Path(d) / "work")
+        out = answer_all(rows, OpenAIDriver(p, Path(d)), p, "fp", Path(d) / "work")
     return len(out.rows)
 
 

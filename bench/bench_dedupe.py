@@ -93,7 +93,7 @@ def make_corpus(n: int, dup_rate: float, seed: int = 0) -> tuple[list[str], np.n
 
 
 def run_draftline(corpus: Path, settings: dict) -> np.ndarray:
-    from draftline.config import NearDedupeParams
+    from draftline.config.mix import NearDedupeParams
     from draftline.prompts.near_dedupe import near_duplicates
 
     texts = pq.read_table(corpus)["text"]

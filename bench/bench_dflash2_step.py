@@ -20,7 +20,7 @@ from _setup import training_setup
 
 from draftline.drafter.head_vocab import HeadVocab
 from draftline.drafter.model import build_drafter, drafter_config
-from draftline.drafter.step import Step
+from draftline.drafter.train_step import Step
 
 BATCHES = 8
 REPS = 3

@@ -68,9 +68,10 @@ def _writer(folder: Path, record, args, pool) -> dict:
     """The stage's writer over a real tokens file of 2,000-token rows, timed from the plan
     to the merged index."""
     from draftline.hidden import ledger
-    from draftline.hidden.extract import merge, write_shards
+    from draftline.hidden.merge import merge
     from draftline.hidden.plan import plan
     from draftline.hidden.token_rows import TokenRows
+    from draftline.hidden.write import write_shards
     from draftline.io import write_parquet
 
     folder.mkdir(parents=True)

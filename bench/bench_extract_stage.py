@@ -71,9 +71,12 @@ def main() -> None:
     from draftline import devices
     from draftline.hidden import ledger
     from draftline.hidden.capture import Capture
-    from draftline.hidden.extract import TransformersProducer, merge, record_of, write_shards
+    from draftline.hidden.extract import record_of
+    from draftline.hidden.merge import merge
     from draftline.hidden.plan import batches, plan
+    from draftline.hidden.producers import TransformersProducer
     from draftline.hidden.token_rows import TokenRows
+    from draftline.hidden.write import write_shards
     from draftline.precision import batch_dtype
     from draftline.target.load import load_model, load_tokenizer
 

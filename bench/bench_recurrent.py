@@ -28,7 +28,7 @@ import time
 import torch
 
 from draftline.decode.recurrent import Snapshot
-from draftline.decode.steps import keep_cache, new_cache, replay
+from draftline.decode.verify import keep_cache, new_cache, replay
 
 
 def _model(hidden: int, layers: int):

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from _setup import eval_prompts, load_drafter, load_info, load_params, load_target, load_tokenizer
 
-from draftline.decode import chain, skinny, steps
+from draftline.decode import chain, skinny, verify
 from draftline.decode.requests import build_requests
 from draftline.drafter.model import build_drafter
 
@@ -48,12 +48,12 @@ class LinearHead:
 
 def use(variant: str, models) -> contextlib.AbstractContextManager:
     """Point the decoders at one variant; the returned context routes the linear layers.
-    The target's passes take `head_logits` in decode/steps.py, the chain's drafter head
+    The target's passes take `head_logits` in decode/verify.py, the chain's drafter head
     `SkinnyHead` in decode/chain.py: each is patched where it is used."""
     if variant == "linear":
-        steps.head_logits, chain.SkinnyHead = linear_logits, LinearHead
+        verify.head_logits, chain.SkinnyHead = linear_logits, LinearHead
     else:
-        steps.head_logits, chain.SkinnyHead = skinny.head_logits, skinny.SkinnyHead
+        verify.head_logits, chain.SkinnyHead = skinny.head_logits, skinny.SkinnyHead
     return skinny.skinny_linears(*models) if variant == "all" else contextlib.nullcontext()
 
 

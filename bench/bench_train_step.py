@@ -18,7 +18,7 @@ import time
 import torch
 from _setup import training_setup
 
-from draftline.drafter.step import Step
+from draftline.drafter.train_step import Step
 
 REPS = 6
 

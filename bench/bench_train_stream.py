@@ -47,8 +47,9 @@ def _make(folder: Path, gb: float, shard_bytes: int) -> dict:
     import torch
 
     from draftline.hidden import ledger
-    from draftline.hidden.extract import merge, write_shards
+    from draftline.hidden.merge import merge
     from draftline.hidden.plan import Record, plan
+    from draftline.hidden.write import write_shards
 
     if (folder / "index.json").exists():
         return json.loads((folder / "manifest.json").read_text())
@@ -84,7 +85,9 @@ def _rss_mb() -> float:
 def _train(folder: Path, loader: str, steps: int) -> dict:
     import torch
 
-    from draftline.config import DrafterParams, TrainParams
+    from draftline.config.drafter import DrafterParams
+
+    from draftline.config.train import TrainParams
     from draftline.drafter.data import open_rows
     from draftline.drafter.loop import train
     from draftline.drafter.model import build_drafter, drafter_config

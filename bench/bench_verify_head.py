@@ -1,5 +1,5 @@
 """Greedy verification with the LM head on every verify row vs only on the rows the
-acceptance walk reads (`draftline.decode.steps.LazyArgmax`), same process, alternating per
+acceptance walk reads (`draftline.decode.verify.LazyArgmax`), same process, alternating per
 request, on the benchmark stage's requests: the drafter's chain, the untrained drafter
 (every draft rejected: one row read per step) and a 32-node tree. Outputs must be equal.
 
@@ -17,12 +17,12 @@ warnings.simplefilter("ignore", FutureWarning)
 
 from _setup import eval_prompts, load_drafter, load_info, load_params, load_target, load_tokenizer  # noqa: E402
 
-# The chain and the tree call `verify_greedy` by the name each imported from decode/steps.py:
+# The chain and the tree call `verify_greedy` by the name each imported from decode/verify.py:
 # a variant is patched into both modules.
 from draftline.decode import chain  # noqa: E402
 from draftline.decode import tree as tree_spec  # noqa: E402
 from draftline.decode.requests import build_requests  # noqa: E402
-from draftline.decode.steps import verify_greedy  # noqa: E402
+from draftline.decode.verify import verify_greedy  # noqa: E402
 from draftline.drafter.model import build_drafter  # noqa: E402
 
 LAZY = verify_greedy

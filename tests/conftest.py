@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def target_dir(tmp_path_factory) -> Path:
-    from draftline.config import TargetParams
+    from draftline.config.target import TargetParams
     from draftline.target.materialize import materialize
 
     out = tmp_path_factory.mktemp("target") / "model"
@@ -57,7 +57,7 @@ BARE_TRAIN = dict(prompt_anchors=0, gamma=4.0, loss="ce", kl_temperature=1.0, kl
 
 
 def train_params(**overrides):
-    from draftline.config import TrainParams
+    from draftline.config.train import TrainParams
 
     return TrainParams(**{**BARE_TRAIN, **overrides})
 
@@ -68,7 +68,7 @@ def tiny():
     small enough that drafts are often right, so acceptance paths of every shape occur."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from draftline.config import DrafterParams
+    from draftline.config.drafter import DrafterParams
     from draftline.drafter.model import build_drafter, drafter_config
 
     torch.manual_seed(3)

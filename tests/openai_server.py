@@ -17,7 +17,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from draftline.config import RegenerateParams
+from draftline.config.regenerate import RegenerateParams
 from draftline.regenerate.hf_backend import HFBackend
 
 

@@ -5,8 +5,9 @@
     draftline --device cpu train     # global options go before the subcommand
 
 dvc.yaml runs the stage subcommands with every path given as an option (declared once
-under `vars: paths`). Subcommands are imported when called, never all at once: a stage
-then loads only its own code, and its import closure is exactly what dvc.yaml lists.
+under `vars: paths`). A stage's command lives in stages/<stage>.py; this is the one module
+of the library that imports them. Subcommands are imported when called, never all at once:
+a stage then loads only its own code, and its import closure is exactly what dvc.yaml lists.
 """
 
 from __future__ import annotations
@@ -19,17 +20,8 @@ import click
 from .command import Settings
 
 # name -> module defining `command`; the pipeline's order, as dvc.yaml runs it.
-STAGES = {
-    "check": "draftline.check",
-    "target": "draftline.target.target",
-    "download": "draftline.prompts.download",
-    "mix": "draftline.prompts.mix",
-    "regenerate": "draftline.regenerate.regenerate",
-    "tokenize": "draftline.sequences.tokenize",
-    "extract": "draftline.hidden.extract",
-    "train": "draftline.drafter.train",
-    "benchmark": "draftline.decode.benchmark",
-}
+STAGES = {name: f"stages.{name}" for name in (
+    "check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark")}
 TOOLS = {
     "inspect": "draftline.sequences.inspect",
     "card": "draftline.decode.card",

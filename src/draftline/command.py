@@ -1,9 +1,10 @@
 """What every `draftline` command shares: the global options, path options that default to
-dvc.yaml's declaration, and the stage runner (params validated first, one-line errors).
+dvc.yaml's declaration, and the stage runner (params loaded first, one-line errors).
 
-A stage module defines its click command with `path_option`s and calls `run_stage`; the
-group in cli.py finds it by name. Nothing here imports a stage, so a stage's import
-closure (its dvc.yaml deps) is its own modules plus this one, cli.py and config.py.
+A stage module (stages/) defines its click command with `path_option`s and calls
+`run_stage` with the loader of its params; the group in cli.py finds it by name. Nothing
+here imports a stage or a params section, so a stage's import closure (its dvc.yaml deps)
+is its own code plus this module and the config of the sections it reads.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import click
 
 from . import paths, progress, secrets
-from .config import Params, ParamsError, load_params
+from .config.base import ParamsError
 
 
 @dataclass(frozen=True)
@@ -67,15 +68,17 @@ def _one_line(err: BaseException) -> tuple[str, int]:
     return f"{err}", 2
 
 
-def run_stage(settings: Settings, stage: Callable[[Params], None], torch_threads: bool = True) -> None:
-    """Validate params, set threads and progress, run `stage(params)`. Expected failures
+def run_stage(settings: Settings, load: Callable[[Path], Any], stage: Callable[[Any], None],
+              torch_threads: bool = True) -> None:
+    """Load params with `load` (a stage's `PARAMS.load`: its declared keys, validated), set
+    threads and progress, run `stage(params)`. Expected failures
     (bad params, a missing input, an unreachable server, Ctrl-C, a full disk) print one
     line naming the key, file or URL, with secrets masked, and exit non-zero; nothing is
     half-written (every write is atomic). `--debug` shows the traceback instead."""
     signal.signal(signal.SIGTERM, _terminate)
     progress.configure(settings.progress)
     try:
-        params = load_params(settings.params)
+        params = load(settings.params)
         if torch_threads:
             import torch  # here, not at import: `draftline --help` stays fast
 

@@ -2,13 +2,13 @@
 
 Every stage that runs the target or the drafter (the in-process regeneration backend,
 extract, train, benchmark) asks here, so one machine decides alike for all of them. Under
-torchrun each process takes the GPU of its LOCAL_RANK. `draftline --device` (`cpu`,
-`cuda`, `cuda:1`) overrides the choice, e.g. to reproduce a CPU run on a GPU machine.
+torchrun each process takes the GPU of its local rank, which the caller passes
+(`distributed.local_rank()`: the one module that reads torchrun's environment).
+`draftline --device` (`cpu`, `cuda`, `cuda:1`) overrides the choice, e.g. to reproduce a
+CPU run on a GPU machine.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -17,7 +17,8 @@ class DeviceError(RuntimeError):
     pass
 
 
-def compute_device(forced: str | None = None) -> torch.device:
+def compute_device(forced: str | None = None, local_rank: int = 0) -> torch.device:
+    """`forced`: the --device option; `local_rank`: this process's index on its node."""
     if forced:
         try:
             device = torch.device(forced)
@@ -26,10 +27,10 @@ def compute_device(forced: str | None = None) -> torch.device:
         if device.type == "cuda" and not torch.cuda.is_available():
             raise DeviceError(f"--device {forced}, but CUDA is not available here")
         if device.type == "cuda" and device.index is None:  # under torchrun: each rank its own GPU
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            device = torch.device("cuda", local_rank)
         return device
     if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
 

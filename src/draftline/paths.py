@@ -48,9 +48,9 @@ def all_declared(dvc_file: Path = DVC_FILE) -> dict[str, Path]:
 
 
 def stage_data_deps(stage: str, dvc_file: Path = DVC_FILE) -> list[Path]:
-    """A stage's deps in dvc.yaml other than its code (src/), `${paths.x}` resolved: the
+    """A stage's deps in dvc.yaml other than its code (src/, stages/), `${paths.x}` resolved: the
     data whose edits rerun it."""
     paths = _read(dvc_file.resolve())
     deps = ((_load(dvc_file.resolve()).get("stages") or {}).get(stage) or {}).get("deps") or []
     resolved = [re.sub(r"\$\{paths\.(\w+)\}", lambda m: paths.get(m[1], m[0]), str(d)) for d in deps]
-    return [Path(d) for d in resolved if not d.startswith("src/")]
+    return [Path(d) for d in resolved if not d.startswith(("src/", "stages/"))]

@@ -17,7 +17,9 @@ from pathlib import Path
 import click
 import yaml
 
-from .config import ParamsError, parse_params
+from .config.base import ParamsError
+
+from .config.params import parse_params
 
 
 def _flatten(d: dict, prefix: str = "") -> list[tuple[str, object]]:

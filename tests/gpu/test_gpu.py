@@ -9,13 +9,13 @@ import copy
 import pytest
 import torch
 from conftest import TINY_MASK, TINY_VOCAB, train_params
+from extract_helpers import extract_in_process
 
-from draftline.config import DrafterParams
+from draftline import distributed as dist
+from draftline.config.drafter import DrafterParams
 from draftline.decode.chain import plain, speculative
-from draftline.drafter import dist
 from draftline.drafter.loop import train
-from draftline.drafter.step import Step
-from draftline.hidden.extract import extract_in_process
+from draftline.drafter.train_step import Step
 from draftline.hidden.reader import load_sequences
 
 pytestmark = pytest.mark.gpu

@@ -1,7 +1,9 @@
 """Benchmark requests: later turns follow the target's own greedy answers, which the
 target-alone run then reuses instead of decoding them twice."""
 
-from draftline.config import BenchmarkParams, DrafterParams
+from draftline.config.benchmark import BenchmarkParams
+
+from draftline.config.drafter import DrafterParams
 from draftline.decode.chain import plain
 from draftline.decode.measure import run_benchmark
 from draftline.decode.requests import build_requests

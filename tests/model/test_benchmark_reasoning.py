@@ -8,12 +8,16 @@ is several tokens, the harder case for locating it in a generation."""
 
 import pytest
 
-from draftline.config import BenchmarkParams, ChatParams, DrafterParams
+from draftline.config.benchmark import BenchmarkParams
+
+from draftline.config.chat import ChatParams
+
+from draftline.config.drafter import DrafterParams
 from draftline.decode.chain import plain
 from draftline.decode.measure import _summary, run_benchmark
 from draftline.decode.reasoning import reasoning_split, split_steps
 from draftline.decode.requests import build_requests, encode_prompt
-from draftline.decode.steps import Decoded
+from draftline.decode.verify import Decoded
 from draftline.drafter.model import build_drafter, drafter_config
 from draftline.target.load import load_tokenizer
 

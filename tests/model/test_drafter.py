@@ -6,13 +6,15 @@ import time
 import dflash.model as zlab
 import pytest
 from conftest import train_params
+from extract_helpers import extract_in_process
 
-from draftline.config import DrafterParams, RegenerateParams
+from draftline.config.drafter import DrafterParams
+
+from draftline.config.regenerate import RegenerateParams
 from draftline.decode.acceptance import tau
 from draftline.decode.chain import greedy, speculative
 from draftline.drafter.loop import train
 from draftline.drafter.model import build_drafter, drafter_config, load_drafter, mask_token_id
-from draftline.hidden.extract import extract_in_process
 from draftline.hidden.reader import load_sequences
 from draftline.regenerate.drive import converse
 from draftline.regenerate.hf_backend import HFBackend

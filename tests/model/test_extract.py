@@ -2,8 +2,8 @@
 
 import pytest
 import torch
+from extract_helpers import extract_in_process
 
-from draftline.hidden.extract import extract_in_process
 from draftline.hidden.plan import PlanError
 from draftline.hidden.reader import load_sequences
 from draftline.hidden.store import read_index

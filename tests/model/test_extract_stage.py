@@ -1,6 +1,7 @@
 """The extract stage as users run it, on the tiny Qwen3.6-layout target (hybrid Gated
-DeltaNet, a vision tower, the real vocabulary): under torchrun with 2 processes, killed
-with SIGKILL and rerun, and refused before any work when the shards will not fit."""
+DeltaNet, a vision tower, the real vocabulary): under torchrun with 2 processes (started
+from params and by hand), killed with SIGKILL and rerun, and refused before any work when
+the shards will not fit."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import torch
 import yaml
 from conftest import ROOT
 
-from draftline.config import DrafterParams, TargetParams
+from draftline.config.drafter import DrafterParams
+
+from draftline.config.target import TargetParams
 from draftline.hidden.plan import Record
 from draftline.hidden.reader import load_sequences
 from draftline.hidden.store import ShardsMissing, check_shards
@@ -95,9 +98,14 @@ def whole(base, tmp_path_factory) -> Path:
     return folder
 
 
-def test_two_processes_write_what_one_does(base, whole, tmp_path):
-    two = _copy(base, tmp_path / "two")
-    m = _extract(two, nproc=2)
+@pytest.mark.parametrize("launch", ["params", "torchrun"])
+def test_two_processes_write_what_one_does(base, whole, tmp_path, launch):
+    if launch == "params":  # extract.processes_per_node: 2, the stage starts torchrun itself
+        two = _copy(base, tmp_path / "two", processes_per_node=2)
+        m = _extract(two)
+    else:  # the user's own torchrun line
+        two = _copy(base, tmp_path / "two")
+        m = _extract(two, nproc=2)
     assert m["ranks"] == 2 and m["shards_written"] == m["shards"]
     ledgers = sorted(p.name for p in (two / "data/hidden").glob("ledger-r*.jsonl"))
     assert ledgers == ["ledger-r000.jsonl", "ledger-r001.jsonl"]  # each rank its own share and index part

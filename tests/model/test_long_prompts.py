@@ -8,12 +8,14 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from draftline.config import RegenerateParams, parse_params
+from draftline.config.params import parse_params
+
+from draftline.config.regenerate import RegenerateParams
 from draftline.io import read_json, write_parquet
 from draftline.regenerate.context import CUT_MARK, PromptLimit, chat_ids
-from draftline.regenerate.drive import HFDriver, regenerate
+from draftline.regenerate.drive import HFDriver, answer_all
 from draftline.regenerate.hf_backend import HFBackend
-from draftline.regenerate.regenerate import ANSWERS, LONG, run
+from draftline.regenerate.stage import ANSWERS, LONG, run
 
 CONTEXT, NEW = 48, 2  # a few rows of at most 48 tokens: the stage in seconds on a CPU
 LIMIT = CONTEXT - NEW
@@ -77,7 +79,7 @@ def test_too_long_prompts_are_dropped_named_and_counted(tmp_path, small_target, 
 def test_too_long_prompts_are_cut_to_fit(tmp_path, target_model, tokenizer):
     """The driver with the session's target, given the small context directly."""
     p = RegenerateParams(max_new_tokens=NEW, long_prompts="cut")
-    out = regenerate(_rows(tokenizer), HFDriver(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]), 8),
+    out = answer_all(_rows(tokenizer), HFDriver(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]), 8),
                      p, "fp", tmp_path / "w", limit=PromptLimit(tokenizer, CONTEXT, p))
     answers = {r["id"]: r for r in out.rows}
     assert sorted(answers) == ["big", "grow", "late", "r0"]

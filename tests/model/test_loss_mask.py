@@ -9,7 +9,7 @@ from chat_tokenizers import save_to, supervised_segments
 from conftest import ROOT
 
 from draftline.chat import ChatTemplate
-from draftline.config import parse_params
+from draftline.config.params import parse_params
 from draftline.io import write_parquet
 from draftline.sequences import tokenize
 from draftline.sequences.loss_mask import TemplateError, encode, encode_turns, turns

@@ -6,10 +6,12 @@ import json
 import pytest
 from openai_server import ChatServer
 
-from draftline.config import ChatParams, OpenAIParams, RegenerateParams
+from draftline.config.chat import ChatParams
+
+from draftline.config.regenerate import OpenAIParams, RegenerateParams
 from draftline.regenerate.answer import split_reasoning
 from draftline.regenerate.client import EndpointError
-from draftline.regenerate.drive import HFDriver, regenerate
+from draftline.regenerate.drive import HFDriver, answer_all
 from draftline.regenerate.hf_backend import HFBackend
 from draftline.regenerate.openai_run import OpenAIDriver
 
@@ -26,7 +28,7 @@ def _openai(url, regen=None, **kw):
 
 
 def _drive(p, tmp_path, name="w", chat=None, opened=False, rows=None):
-    return regenerate(rows or ROWS + [MULTI], OpenAIDriver(p, tmp_path / "logs", chat, opened), p, "fp",
+    return answer_all(rows or ROWS + [MULTI], OpenAIDriver(p, tmp_path / "logs", chat, opened), p, "fp",
                       tmp_path / name)
 
 
@@ -49,11 +51,11 @@ def test_retries_key_from_env_and_turn_by_turn(tmp_path, target_model, tokenizer
 
 def test_openai_and_hf_backends_agree(tmp_path, target_model, tokenizer):
     hp = RegenerateParams(max_new_tokens=12)
-    hf = regenerate(ROWS, HFDriver(HFBackend(target_model, tokenizer, hp, [tokenizer.eos_token_id]), 2), hp, "fp",
+    hf = answer_all(ROWS, HFDriver(HFBackend(target_model, tokenizer, hp, [tokenizer.eos_token_id]), 2), hp, "fp",
                     tmp_path / "a")
     with ChatServer(target_model, tokenizer) as srv:
         p = _openai(srv.url)
-        oa = regenerate(ROWS, OpenAIDriver(p, tmp_path), p, "fp", tmp_path / "b")
+        oa = answer_all(ROWS, OpenAIDriver(p, tmp_path), p, "fp", tmp_path / "b")
     assert [r["completion"] for r in hf.rows] == [r["completion"] for r in oa.rows]
 
 
@@ -118,17 +120,17 @@ def test_resume_skips_done_rows_and_ignores_other_settings(tmp_path, target_mode
     work = tmp_path / "w"
     interrupted = Counting(hf, fail_after=4)
     with pytest.raises(KeyboardInterrupt):
-        regenerate(rows, HFDriver(interrupted, 2), p, "fp", work)
+        answer_all(rows, HFDriver(interrupted, 2), p, "fp", work)
     resumed = Counting(hf)
-    out = regenerate(rows, HFDriver(resumed, 2), p, "fp", work)
+    out = answer_all(rows, HFDriver(resumed, 2), p, "fp", work)
     assert out.stats["rows_resumed"] == 4 and resumed.calls == 2
     assert sorted(r["id"] for r in out.rows) == sorted(r["id"] for r in rows)
-    full = regenerate(rows, HFDriver(hf, 2), p, "fp", tmp_path / "fresh")
+    full = answer_all(rows, HFDriver(hf, 2), p, "fp", tmp_path / "fresh")
     assert [r["completion"] for r in out.rows] == [r["completion"] for r in full.rows]
     # other settings: nothing is reused
     p2 = RegenerateParams(max_new_tokens=9, shard_rows=2)
     again = Counting(HFBackend(target_model, tokenizer, p2, [tokenizer.eos_token_id]))
-    out2 = regenerate(rows, HFDriver(again, 2), p2, "fp", work)
+    out2 = answer_all(rows, HFDriver(again, 2), p2, "fp", work)
     assert out2.stats["rows_resumed"] == 0 and again.calls == 6
 
 
@@ -136,7 +138,9 @@ def test_samples_need_temperature():
     import yaml
     from conftest import ROOT
 
-    from draftline.config import ParamsError, parse_params
+    from draftline.config.base import ParamsError
+
+    from draftline.config.params import parse_params
 
     data = yaml.safe_load((ROOT / "params.yaml").read_text())
     data["regenerate"]["samples_per_prompt"] = 2
@@ -164,7 +168,7 @@ def test_hf_batches_group_conversations_by_turn_count(tmp_path, target_model, to
                                                  {"role": "user", "content": "Again."}]} for i in range(2)]
     p = RegenerateParams(max_new_tokens=4)
     rec = Batches(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]))
-    out = regenerate([one[0], two[0], one[1], two[1]], HFDriver(rec, 2), p, "fp", tmp_path / "w")
+    out = answer_all([one[0], two[0], one[1], two[1]], HFDriver(rec, 2), p, "fp", tmp_path / "w")
     assert rec.sizes == [2, 2, 2]  # the one-turn pair, then both turns of the two-turn pair
     assert [r["id"] for r in out.rows] == ["o0", "t0", "o1", "t1"]  # prompt order kept
     assert [len(r["messages"]) for r in out.rows] == [2, 4, 2, 4]

@@ -9,13 +9,17 @@ import yaml
 from conftest import ROOT
 from openai_server import ChatServer
 
-from draftline.config import ChatParams, OpenAIParams, RegenerateParams, parse_params
+from draftline.config.chat import ChatParams
+
+from draftline.config.params import parse_params
+
+from draftline.config.regenerate import OpenAIParams, RegenerateParams
 from draftline.io import read_json, write_parquet
 from draftline.regenerate.answer import split_reasoning
-from draftline.regenerate.drive import HFDriver, regenerate
+from draftline.regenerate.drive import HFDriver, answer_all
 from draftline.regenerate.hf_backend import HFBackend
 from draftline.regenerate.openai_run import OpenAIDriver
-from draftline.regenerate.regenerate import ANSWERS, DROPPED, run
+from draftline.regenerate.stage import ANSWERS, DROPPED, run
 from draftline.regenerate.store import ShardStore
 
 ROWS = [{"id": f"r{i}", "source": "s", "category": "chat", "split": "train",
@@ -34,7 +38,7 @@ def _openai(url, new=12, **kw):
 
 def _hf(target_model, tokenizer, tmp_path, new=12, name="hf"):
     p = RegenerateParams(max_new_tokens=new)
-    return regenerate(ROWS + [MULTI], HFDriver(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]), 4),
+    return answer_all(ROWS + [MULTI], HFDriver(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]), 4),
                       p, "fp", tmp_path / name)
 
 
@@ -57,10 +61,10 @@ def test_openai_stores_token_ids_when_the_server_returns_them(tmp_path, target_m
     hf = _hf(target_model, tokenizer, tmp_path)
     with ChatServer(target_model, tokenizer) as srv:
         p = _openai(srv.url)
-        with_ids = regenerate(ROWS + [MULTI], OpenAIDriver(p, tmp_path / "logs"), p, "fp", tmp_path / "a")
+        with_ids = answer_all(ROWS + [MULTI], OpenAIDriver(p, tmp_path / "logs"), p, "fp", tmp_path / "a")
         asked = list(srv.bodies)
         p_off = _openai(srv.url, token_ids=False)
-        without = regenerate(ROWS + [MULTI], OpenAIDriver(p_off, tmp_path / "logs"), p_off, "fp", tmp_path / "b")
+        without = answer_all(ROWS + [MULTI], OpenAIDriver(p_off, tmp_path / "logs"), p_off, "fp", tmp_path / "b")
     assert all(b["return_token_ids"] is True for b in asked)
     assert "return_token_ids" not in srv.bodies[-1]
     assert [r["completion_ids"] for r in with_ids.rows] == [r["completion_ids"] for r in hf.rows]
@@ -74,7 +78,7 @@ def test_rows_written_before_the_ids_column_are_reused_with_null_ids(tmp_path, t
     old = [{k: v for k, v in r.items() if k != "completion_ids"} for r in out.rows]
     ShardStore(tmp_path / "w").append(old[:2])  # an earlier run's shard: no such column
     p = RegenerateParams(max_new_tokens=4)
-    again = regenerate(ROWS + [MULTI], HFDriver(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]), 4),
+    again = answer_all(ROWS + [MULTI], HFDriver(HFBackend(target_model, tokenizer, p, [tokenizer.eos_token_id]), 4),
                        p, "fp", tmp_path / "w")
     assert again.stats["rows_resumed"] == 2 and again.stats["rows_generated"] == 1
     assert [r["completion_ids"] for r in again.rows] == [None, None, out.rows[2]["completion_ids"]]
@@ -94,7 +98,7 @@ def test_hf_trace_cut_after_an_opened_generation_prompt(tmp_path, target_model, 
     tok = copy.deepcopy(tokenizer)
     tok.chat_template = OPENS_THINK
     p = RegenerateParams(max_new_tokens=3)
-    out = regenerate(ROWS, HFDriver(HFBackend(target_model, tok, p, [tok.eos_token_id]), 2), p, "fp", tmp_path / "w")
+    out = answer_all(ROWS, HFDriver(HFBackend(target_model, tok, p, [tok.eos_token_id]), 2), p, "fp", tmp_path / "w")
     for r in out.rows:
         assert r["completion"] == "" and r["reasoning"][0] and r["finish_reason"] == ["length"]
         assert tok.decode(r["completion_ids"][0]).strip() == r["reasoning"][0]
@@ -103,8 +107,8 @@ def test_hf_trace_cut_after_an_opened_generation_prompt(tmp_path, target_model, 
 def test_openai_trace_cut_inside_reasoning(tmp_path, target_model, tokenizer):
     with ChatServer(target_model, tokenizer, think="open_cut") as srv:
         p = _openai(srv.url, new=4)
-        opened = regenerate(ROWS, OpenAIDriver(p, tmp_path / "logs", None, True), p, "fp", tmp_path / "a")
-        plain = regenerate(ROWS, OpenAIDriver(p, tmp_path / "logs"), p, "fp", tmp_path / "b")
+        opened = answer_all(ROWS, OpenAIDriver(p, tmp_path / "logs", None, True), p, "fp", tmp_path / "a")
+        plain = answer_all(ROWS, OpenAIDriver(p, tmp_path / "logs"), p, "fp", tmp_path / "b")
     for r in opened.rows:
         assert r["completion"] == "" and r["reasoning"][0].startswith("Reasoning:") and r["finish_reason"] == ["length"]
     # a prompt that did not open <think> and text without tags: the text is the answer

@@ -18,10 +18,12 @@ from conftest import ROOT
 from fault_proxy import FaultProxy
 from llama_server import ALIAS, command, free_port, port_open
 
-from draftline.config import OpenAIParams, RegenerateParams, parse_params
+from draftline.config.params import parse_params
+
+from draftline.config.regenerate import OpenAIParams, RegenerateParams
 from draftline.io import write_parquet
 from draftline.regenerate.client import EndpointError
-from draftline.regenerate.drive import regenerate
+from draftline.regenerate.drive import answer_all
 from draftline.regenerate.openai_run import OpenAIDriver
 
 QUESTIONS = ["Say hello.", "Name a fruit.", "What is 2+2?", "Name a color.", "Say goodbye.", "Name an animal.",
@@ -44,7 +46,7 @@ def _params(urls, regen=None, **kw):
 
 
 def _run(p, tmp_path, rows=None, name="w"):
-    return regenerate(rows or _rows(), OpenAIDriver(p, tmp_path / "logs"), p, "fp", tmp_path / name)
+    return answer_all(rows or _rows(), OpenAIDriver(p, tmp_path / "logs"), p, "fp", tmp_path / name)
 
 
 def test_two_endpoints_least_outstanding(llama_servers, tmp_path):

@@ -5,7 +5,7 @@ import torch
 from scipy.stats import chisquare
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
-from draftline.config import RegenerateParams
+from draftline.config.regenerate import RegenerateParams
 from draftline.regenerate.hf_backend import HFBackend
 from draftline.regenerate.sampler import NucleusSampler, nucleus_probs
 

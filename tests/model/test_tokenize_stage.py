@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from draftline.config import load_params
+from draftline.config.params import load_params
 from draftline.io import read_parquet, write_parquet
 from draftline.sequences import tokenize
 from draftline.target.load import load_tokenizer

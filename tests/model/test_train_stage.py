@@ -14,10 +14,12 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT
+from extract_helpers import extract_in_process
 from safetensors.torch import load_file
 
-from draftline.config import DrafterParams, TargetParams
-from draftline.hidden.extract import extract_in_process
+from draftline.config.drafter import DrafterParams
+
+from draftline.config.target import TargetParams
 from draftline.io import write_parquet
 from draftline.target.info import describe
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import ROOT
 from openai_server import EchoServer
-from test_pipeline import _run
+from pipeline_helpers import run_command
 
 from draftline.io import write_parquet
 
@@ -35,7 +35,7 @@ def _repo(repo, url: str, target_dir):
         **params["regenerate"]["openai"], "urls": [url], "model": "echo-model", "api_key_env": "REGEN_KEY",
         "max_retries": 1, "backoff_s": 0.01, "backoff_max_s": 0.02, "startup_timeout_s": 10, "launch": [launch]}}
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _run("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
+    run_command("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
 
 
 def _files_with(repo, needle: bytes) -> list[str]:
@@ -49,7 +49,7 @@ def test_an_echoed_key_is_masked_everywhere(tmp_path, monkeypatch, target_dir):
     with EchoServer() as srv:
         _repo(tmp_path, srv.url, target_dir)
         monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'src'}")  # stages import the copy under test
-        run = _run("dvc repro -s regenerate", tmp_path)
+        run = run_command("dvc repro -s regenerate", tmp_path)
         errors = {e["id"]: e for e in pq.read_table(tmp_path / "data/regen/errors.parquet").to_pylist()}
         # not vacuous: each echoing body reached a stored reason, with the key masked in it
         assert {i: e["kind"] for i, e in errors.items()} == {"q0": "http_4xx", "q1": "http_5xx", "q2": "malformed"}
@@ -65,7 +65,7 @@ def test_an_echoed_key_is_masked_everywhere(tmp_path, monkeypatch, target_dir):
         params = yaml.safe_load((tmp_path / "params.yaml").read_text())
         params["regenerate"]["openai"]["model"] = "nope"
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        bad = _run("dvc repro -s regenerate", tmp_path, check=False)
+        bad = run_command("dvc repro -s regenerate", tmp_path, check=False)
     assert bad.returncode != 0 and "'nope' is not served by" in bad.stderr and "Bearer ***" in bad.stderr
     for out in (run.stdout, run.stderr, bad.stdout, bad.stderr):
         assert key not in out

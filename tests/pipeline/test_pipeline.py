@@ -4,29 +4,18 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import ROOT
+from pipeline_helpers import run_command
 
 from draftline.presets import merged
 
 pytestmark = pytest.mark.slow
 
 STAGES = ["check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"]
-
-
-def _run(cmd, cwd, check=True):
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", DVC_NO_ANALYTICS="1",
-               DRAFTLINE_NO_PROGRESS="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, shell=isinstance(cmd, str))
-    if check and p.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    return p
 
 
 def _ran(out: str) -> set[str]:
@@ -42,17 +31,17 @@ def _set(repo, section, key, value):
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("pipeline")
-    for d in ["src", "data/seed"]:
+    for d in ["src", "stages", "data/seed"]:
         shutil.copytree(ROOT / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
     shutil.copy(ROOT / "data" / ".gitignore", repo / "data" / ".gitignore")  # keeps data/train_state out of git
     # The users' smoke preset over the default params, merged as `make preset PRESET=smoke` does.
     params = merged(ROOT / "presets" / "smoke.yaml", ROOT / "params.yaml")
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _run("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
+    run_command("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
     # Stages import draftline from the copy under test, not the installed checkout.
     os.environ["PYTHONPATH"] = f"{repo / 'src'}:{repo}"
-    first = _run("dvc repro", repo)
+    first = run_command("dvc repro", repo)
     yield repo, first
     os.environ.pop("PYTHONPATH", None)
 
@@ -90,9 +79,9 @@ def test_full_run_produces_every_output(repo):
     assert card.startswith("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n")
     assert f"{bench['greedy']['humaneval']['dflash']['tau']:.3f}" in card
     assert '"num_speculative_tokens": 3' in card and "--speculative-num-draft-tokens 4" in card
-    metrics = _run("dvc metrics show --json", repo).stdout
+    metrics = run_command("dvc metrics show --json", repo).stdout
     assert "tau" in metrics and "train_loss" in metrics
-    assert _run("dvc status", repo).stdout.strip().endswith("Data and pipelines are up to date.")
+    assert run_command("dvc status", repo).stdout.strip().endswith("Data and pipelines are up to date.")
 
 
 def test_masked_tokens_decode_to_the_regenerated_answers(repo):
@@ -114,41 +103,41 @@ def test_masked_tokens_decode_to_the_regenerated_answers(repo):
 
 def test_changing_train_lr_reruns_only_train_and_benchmark(repo):
     repo, _ = repo
-    _run("git add -A && git commit -qm first", repo)
+    run_command("git add -A && git commit -qm first", repo)
     _set(repo, "train", "lr", 0.002)
-    out = _run("dvc repro", repo).stdout
+    out = run_command("dvc repro", repo).stdout
     assert _ran(out) == {"check", "train", "benchmark"}  # check: any edit to params.yaml is validated
     # Comparing runs: tau per benchmark in `dvc metrics diff`, acceptance curves in `dvc plots diff`.
-    diff = json.loads(_run("dvc metrics diff HEAD --all --json", repo).stdout)
+    diff = json.loads(run_command("dvc metrics diff HEAD --all --json", repo).stdout)
     keys = set(diff["data/metrics/benchmark.json"])
     assert {"greedy.humaneval.dflash.tau", "greedy.mtbench.dflash.tau"} <= keys
-    plots = _run("dvc plots diff HEAD --json", repo).stdout
+    plots = run_command("dvc plots diff HEAD --json", repo).stdout
     assert "acceptance_by_position.tsv" in plots
 
 
 def test_changing_regenerate_reruns_from_regenerate_on(repo):
     repo, _ = repo
     _set(repo, "regenerate", "max_new_tokens", 20)
-    out = _run("dvc repro", repo).stdout
+    out = run_command("dvc repro", repo).stdout
     assert _ran(out) == {"check", "regenerate", "tokenize", "extract", "train", "benchmark"}
 
 
 def test_unknown_key_stops_the_stage_with_its_name(repo):
     repo, _ = repo
     _set(repo, "train", "learning_rate", 0.1)
-    p = _run("dvc repro", repo, check=False)
+    p = run_command("dvc repro", repo, check=False)
     assert p.returncode != 0
     assert "unknown key 'train.learning_rate'" in p.stderr + p.stdout
     # nothing was lost: the last good drafter is still in the DVC cache
     p2 = yaml.safe_load((repo / "params.yaml").read_text())
     del p2["train"]["learning_rate"]
     (repo / "params.yaml").write_text(yaml.safe_dump(p2, sort_keys=False))
-    _run("dvc checkout train", repo)
+    run_command("dvc checkout train", repo)
     assert (repo / "data/drafter/model.safetensors").exists()
 
 
 def _stale(repo) -> set[str]:
-    out = json.loads(_run("dvc status --json", repo).stdout)
+    out = json.loads(run_command("dvc status --json", repo).stdout)
     return set(out)
 
 
@@ -156,7 +145,7 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it(repo):
     """dvc.yaml's deps are the import closures: a shared module touches every stage, a
     decoding module only the benchmark."""
     repo, _ = repo
-    _run("dvc repro", repo)  # whatever earlier tests left changed
+    run_command("dvc repro", repo)  # whatever earlier tests left changed
     assert _stale(repo) == set()
     for module, stages in [("src/draftline/decode/tree.py", {"benchmark"}),
                            ("src/draftline/hidden/features.py", {"benchmark"}),  # extraction hooks the layers instead
@@ -170,6 +159,55 @@ def test_editing_a_module_reruns_exactly_the_stages_that_import_it(repo):
             path.write_text(original)
 
 
+# Each key -> the stages whose code reads it (besides check, which tracks the whole file).
+KEY_READERS = [
+    ("drafter.num_layers", 2, {"target", "train"}),
+    ("drafter.target_layer_ids", [3], {"target", "train"}),
+    ("drafter.block_size", 8, {"train"}),
+    ("drafter.mask_token", 7, {"train"}),
+    ("drafter.num_attention_heads", 4, {"train"}),
+    ("drafter.num_key_value_heads", 1, {"train"}),
+    ("drafter.head_dim", 32, {"train"}),
+    ("drafter.intermediate_size", 256, {"train"}),
+    ("drafter.layer_types", ["sliding_attention"], {"train"}),
+    ("drafter.sliding_window", 16, {"train"}),
+    ("drafter.arch", "dflash2", {"train"}),
+    ("drafter.dflash2.selector_rank", 8, {"train"}),
+    ("chat.thinking", "off", {"regenerate", "tokenize", "benchmark"}),
+    ("extract.teacher", "top_k", {"extract"}),
+    ("extract.dtype", "float32", {"extract", "train"}),
+    ("train.features", "online", {"extract", "train"}),
+    ("train.lr", 0.0123, {"train"}),
+    ("target.dtype", "bfloat16", {"target", "regenerate"}),
+    ("benchmark.max_new_tokens", 8, {"benchmark"}),
+]
+
+
+def _set_key(repo, dotted: str, value) -> None:
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    *path, last = dotted.split(".")
+    node = p
+    for k in path:
+        node = node.setdefault(k, {})
+    node[last] = value
+    (repo / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+def test_editing_a_key_reruns_exactly_the_stages_that_read_it(repo):
+    """dvc.yaml's params are each stage's declared keys (stages/<stage>.py PARAMS), and a
+    stage reads no other (its params view refuses): `dvc status` names exactly the readers."""
+    repo, _ = repo
+    run_command("dvc repro", repo)
+    original = (repo / "params.yaml").read_text()
+    try:
+        for key, value, stages in KEY_READERS:
+            _set_key(repo, key, value)
+            assert _stale(repo) == stages | {"check"}, key
+            (repo / "params.yaml").write_text(original)
+    finally:
+        (repo / "params.yaml").write_text(original)
+
+
 def _edit(path: Path, old: str, new: str) -> str:
     original = path.read_text()
     assert old in original
@@ -181,20 +219,20 @@ def test_a_misspelt_key_no_stage_reads_stops_dvc_repro(repo):
     """The check stage tracks the whole params file: a key that no stage lists still
     makes `dvc status` stale and `dvc repro` fail, with the key named."""
     repo, _ = repo
-    _run("dvc repro", repo)
+    run_command("dvc repro", repo)
     original = (repo / "params.yaml").read_text()
     try:
         _set(repo, "drafter", "block_sise", 8)
         _set(repo, "trian", "lr", 0.1)
         assert _stale(repo) == {"check"}
-        p = _run("dvc repro", repo, check=False)
+        p = run_command("dvc repro", repo, check=False)
         assert p.returncode != 0
         err = p.stdout + p.stderr
         assert "unknown key 'drafter.block_sise'" in err and "unknown key 'trian'" in err
         assert _ran(p.stdout) == {"check"}
     finally:
         (repo / "params.yaml").write_text(original)
-    _run("dvc repro", repo)
+    run_command("dvc repro", repo)
     assert _stale(repo) == set()
 
 
@@ -215,24 +253,24 @@ def test_a_prompt_file_anywhere_is_a_dependency_once_declared(repo, tmp_path):
     params.write_text(yaml.safe_dump(p, sort_keys=False))
     original_dvc = dvc_yaml.read_text()
     try:
-        refused = _run("dvc repro download", repo, check=False)
+        refused = run_command("dvc repro download", repo, check=False)
         assert refused.returncode != 0
         assert "download.sources[3] 'extra': data/extra/p.jsonl is not among the stage's inputs" in refused.stderr
         _edit(dvc_yaml, "      - ${paths.prompt_files}\n",
               f"      - ${{paths.prompt_files}}\n      - data/extra\n      - {outside}\n")
-        _run("dvc repro download", repo)
+        run_command("dvc repro download", repo)
         assert "download" not in _stale(repo)
         with extra.open("a") as f:
             f.write(json.dumps({"prompt": "Write a limerick about snow."}) + "\n")
         assert "download" in _stale(repo)
-        _run("dvc repro download", repo)
+        run_command("dvc repro download", repo)
         outside.write_text(json.dumps({"prompt": "Name four prime numbers."}) + "\n")
         assert "download" in _stale(repo)  # DVC hashes an outside file too (not cached, not pushed)
     finally:
         params.write_text(original_params)
         dvc_yaml.write_text(original_dvc)
         shutil.rmtree(repo / "data/extra")
-    _run("dvc repro download", repo)  # the same prompts as before: nothing after it is stale
+    run_command("dvc repro download", repo)  # the same prompts as before: nothing after it is stale
     assert _stale(repo) == set()
 
 
@@ -240,7 +278,7 @@ def test_a_damaged_persisted_output_is_set_aside_and_dvc_repro_goes_on(repo):
     repo, _ = repo
     answers = repo / "data/regen/answers.parquet"
     answers.write_bytes(answers.read_bytes()[:100])  # as `truncate` or a full disk leaves it
-    p = _run("dvc repro", repo)
+    p = run_command("dvc repro", repo)
     assert "data/regen/answers.parquet is unreadable" in p.stdout + p.stderr
     assert [f.name.startswith("answers.parquet.") for f in (repo / "data/regen_work/damaged").iterdir()] == [True]
     assert "regenerate" in _ran(p.stdout) and _stale(repo) == set()
@@ -252,20 +290,20 @@ def test_a_pull_into_a_fresh_clone_leaves_a_clean_status(repo, tmp_path):
     up to date is left out of the cache (resume state is not an output)."""
     repo, _ = repo
     remote = tmp_path / "remote"
-    _run(f"dvc remote add -f -d shared {remote} && dvc push -q && git add -A && git commit -qm pushed", repo)
+    run_command(f"dvc remote add -f -d shared {remote} && dvc push -q && git add -A && git commit -qm pushed", repo)
     try:
         clone = tmp_path / "clone"
-        _run(f"git clone -q {repo} {clone}", tmp_path)
-        _run("dvc pull -q", clone)
+        run_command(f"git clone -q {repo} {clone}", tmp_path)
+        run_command("dvc pull -q", clone)
         assert _stale(clone) == set()
         assert (clone / "data/drafter/model.safetensors").read_bytes() == \
             (repo / "data/drafter/model.safetensors").read_bytes()
         # The drafter as a model artifact (dvc.yaml `artifacts:`): registered as a version (a
         # GTO git tag, what `gto register` writes), then fetched by name from the remote.
-        _run("git tag -a drafter@v0.1.0 -m 'first drafter'", repo)
+        run_command("git tag -a drafter@v0.1.0 -m 'first drafter'", repo)
         got = tmp_path / "artifact"
-        _run(f"dvc artifacts get {repo} drafter -o {got}", tmp_path)
+        run_command(f"dvc artifacts get {repo} drafter -o {got}", tmp_path)
         assert (got / "model.safetensors").read_bytes() == (repo / "data/drafter/model.safetensors").read_bytes()
     finally:
-        _run("git tag -d drafter@v0.1.0 || true; dvc remote remove shared && git add -A && git commit -qm unshared",
+        run_command("git tag -d drafter@v0.1.0 || true; dvc remote remove shared && git add -A && git commit -qm unshared",
              repo)

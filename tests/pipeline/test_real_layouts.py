@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import ROOT
-from test_pipeline import _run
+from pipeline_helpers import run_command
 from tiny_layouts import QWEN36_EOS, QWEN36_VOCAB, kimi26_target, qwen36_target
 
 from draftline.presets import merged
@@ -44,9 +44,9 @@ def test_a_real_layout_runs_every_stage(tmp_path, monkeypatch, layout):
     params["train"]["init"] = "target"
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (repo / ".gitignore").write_text("/targets\n")
-    _run("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
+    run_command("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
     monkeypatch.setenv("PYTHONPATH", f"{repo / 'src'}")
-    out = _run("dvc repro", repo).stdout
+    out = run_command("dvc repro", repo).stdout
 
     info = json.loads((repo / "data/target/info.json").read_text())
     config = json.loads((repo / "data/drafter/config.json").read_text())

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from chat_tokenizers import qwen36, save_to, supervised_segments
 from conftest import ROOT
-from test_pipeline import _run
+from pipeline_helpers import run_command
 from thinking_server import ThinkingServer, answer_of, reasoning_of
 
 from draftline.io import write_parquet
@@ -41,7 +41,7 @@ def _repo(repo, url: str, token_ids: bool):
     params["regenerate"] |= {"backend": "openai", "token_ids": token_ids, "openai": {
         **params["regenerate"]["openai"], "urls": [url], "model": "thinker", "startup_timeout_s": 10}}
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _run("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
+    run_command("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
     return tok
 
 
@@ -50,8 +50,8 @@ def test_a_thinking_target_trains_on_its_reasoning(tmp_path, monkeypatch, token_
     with ThinkingServer(qwen36()) as srv:
         tok = _repo(tmp_path, srv.url, token_ids)
         monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'src'}")  # stages import the copy under test
-        _run("dvc repro -s regenerate", tmp_path)
-        _run("dvc repro -s tokenize", tmp_path)
+        run_command("dvc repro -s regenerate", tmp_path)
+        run_command("dvc repro -s tokenize", tmp_path)
     # the requests asked for thinking, and for ids only when told to
     assert all(b["chat_template_kwargs"] == {"enable_thinking": True} for b in srv.bodies)
     assert all(bool(b.get("return_token_ids")) == token_ids for b in srv.bodies)

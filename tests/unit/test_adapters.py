@@ -2,10 +2,10 @@
 
 import pytest
 from conftest import ROOT
+from prompt_helpers import load_source
 
-from draftline.config import SourceParams
+from draftline.config.download import SourceParams
 from draftline.prompts.categories import by_rule
-from draftline.prompts.sources import load_source
 
 FIX = ROOT / "tests" / "fixtures" / "sources"
 

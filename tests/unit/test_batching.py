@@ -3,7 +3,7 @@
 import random
 
 from draftline.drafter.batching import Padding, anchor_generator, epoch_batches, micro_batches
-from draftline.drafter.schedule import lr_at
+from draftline.drafter.lr_schedule import lr_at
 
 
 def test_epoch_batches_cover_once_with_little_padding():

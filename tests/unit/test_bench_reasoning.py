@@ -4,7 +4,7 @@ templates (tests/chat_tokenizers.py), and located in their generations."""
 import pytest
 from chat_tokenizers import kimi26, qwen3, qwen36
 
-from draftline.config import ChatParams
+from draftline.config.chat import ChatParams
 from draftline.decode.reasoning import reasoning_split
 
 # (tokenizer, thinking kwarg, generation prompt opens <think>, a generation after that prompt)

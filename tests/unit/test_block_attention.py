@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftline.config import DrafterParams
+from draftline.config.drafter import DrafterParams
 from draftline.drafter import blocks
 from draftline.drafter.block_attention import block_attention, routed
 from draftline.hidden.store import Sequence

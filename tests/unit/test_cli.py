@@ -82,12 +82,13 @@ def test_download_refuses_a_prompt_file_outside_its_inputs(tmp_path):
 
 
 def test_a_bad_key_is_one_line_and_exit_2(tmp_path):
+    """A stage validates the sections it reads before any work; the check stage, the whole file."""
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
-    p["train"]["learning_rate"] = 0.1
+    p["mix"]["learning_rate"] = 0.1
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
     result = _invoke("--params", str(tmp_path / "params.yaml"), "mix", "--prompts", str(tmp_path / "none.parquet"))
     assert result.exit_code == 2
-    assert result.output.strip() == f"error: {tmp_path / 'params.yaml'}: unknown key 'train.learning_rate'"
+    assert result.output.strip() == f"error: {tmp_path / 'params.yaml'}: unknown key 'mix.learning_rate'"
 
 
 def test_preset_prints_validated_flags():
@@ -120,9 +121,10 @@ def test_any_edit_to_params_is_validated_by_the_check_stage(tmp_path):
 
 def _run(stage) -> int:
     from draftline.command import Settings, run_stage
+    from draftline.config.params import load_params
 
     with pytest.raises(SystemExit) as exit_:
-        run_stage(Settings(params=ROOT / "params.yaml"), stage, torch_threads=False)
+        run_stage(Settings(params=ROOT / "params.yaml"), load_params, stage, torch_threads=False)
     return exit_.value.code
 
 

@@ -4,7 +4,11 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from draftline.config import DrafterParams, ParamsError, load_params, parse_params
+from draftline.config.base import ParamsError
+
+from draftline.config.drafter import DrafterParams
+
+from draftline.config.params import load_params, parse_params
 from draftline.target.info import choose_layers
 from draftline.target.load import TargetError
 
@@ -124,7 +128,7 @@ def test_presets_validate_and_become_dvc_flags(tmp_path):
 
 def test_chat_thinking_takes_yaml_on_and_off_as_meant():
     # `thinking: on` in YAML 1.1 is the boolean true; the switch means "on", not an error.
-    from draftline.config import ChatParams
+    from draftline.config.chat import ChatParams
 
     assert [ChatParams.model_validate({"thinking": v}).thinking for v in (True, False, "default")] == \
         ["on", "off", "default"]

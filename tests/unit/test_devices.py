@@ -1,4 +1,5 @@
-"""compute_device: the GPU when CUDA has one, else the CPU; `draftline --device` overrides."""
+"""compute_device: the GPU when CUDA has one (the caller's local rank's under torchrun), else the CPU;
+`draftline --device` overrides."""
 
 import pytest
 import torch
@@ -6,11 +7,25 @@ from click.testing import CliRunner
 
 from draftline.cli import main
 from draftline.devices import DeviceError, compute_device
+from draftline.distributed import local_rank
 
 
-def test_default_is_cuda_when_available_else_cpu(monkeypatch):
-    monkeypatch.setenv("LOCAL_RANK", "0")
+def test_default_is_cuda_when_available_else_cpu():
     assert compute_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_the_local_rank_comes_from_the_caller_not_the_environment(monkeypatch):
+    """Under torchrun the distributed layer reads LOCAL_RANK; devices.py reads nothing."""
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert local_rank() == 3
+    if torch.cuda.is_available():
+        assert compute_device() == torch.device("cuda", 0)
+        assert compute_device(local_rank=local_rank()) == torch.device("cuda", 3)
+        assert compute_device("cuda", local_rank()) == torch.device("cuda", 3)
+    else:
+        assert compute_device(local_rank=local_rank()) == torch.device("cpu")
+    monkeypatch.delenv("LOCAL_RANK")
+    assert local_rank() == 0
 
 
 def test_override_names_the_device():

@@ -8,14 +8,14 @@ import pytest
 import torch
 from conftest import TINY_MASK, train_params
 from safetensors import safe_open
-from test_chain import _chi2, _exact, _sample
+from sampling_helpers import chi2_pvalue, exact_distribution, sample_speculative
 
-from draftline.config import DFlash2Params, DrafterParams
+from draftline.config.drafter import DFlash2Params, DrafterParams
 from draftline.decode import chain as S
 from draftline.drafter.dflash2 import block_local_convs, selector_loss, walk
 from draftline.drafter.loop import train
 from draftline.drafter.model import build_drafter, drafter_config, load_drafter, save_drafter
-from draftline.drafter.step import Step
+from draftline.drafter.train_step import Step
 from draftline.hidden.store import Sequence
 
 D2 = DFlash2Params(conv_kernel_size=2, conv_group_size=16, selector_rank=8, selector_top_k=4)
@@ -132,9 +132,9 @@ def test_sampled_matches_target_distribution(tiny2):
     target, drafter = tiny2
     torch.set_num_threads(1)
     prompt, n, runs = [1, 2, 3], 3, 2500
-    counts, acc_rate = _sample(target, drafter, prompt, n, runs)
+    counts, acc_rate = sample_speculative(target, drafter, prompt, n, runs)
     assert 0.1 < acc_rate < 1.0
-    assert _chi2(counts, _exact(target, prompt, n), runs) > 0.001
+    assert chi2_pvalue(counts, exact_distribution(target, prompt, n), runs) > 0.001
 
 
 def test_selector_loss_puts_in_a_missing_target_and_trains():

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import train_params
 
-from draftline.config import DrafterParams
+from draftline.config.drafter import DrafterParams
 from draftline.drafter.loop import train
 from draftline.drafter.model import build_drafter, drafter_config
 from draftline.hidden.store import Sequence

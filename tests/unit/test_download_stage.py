@@ -9,8 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import ROOT
+from prompt_helpers import load_source
 
-from draftline.config import SourceParams, parse_params
+from draftline.config.download import SourceParams
+
+from draftline.config.params import parse_params
 from draftline.io import write_parquet
 from draftline.prompts import download, schema, sources
 
@@ -32,8 +35,8 @@ def _files(tmp_path):
 
 def test_prompt_column_as_frames_equals_row_by_row(tmp_path):
     parquet, jsonl = _files(tmp_path)
-    by_frame, rep_f = sources.load_source(SourceParams(name="s", kind="local", path=str(parquet)))
-    by_row, rep_r = sources.load_source(SourceParams(name="s", kind="local", path=str(jsonl)))
+    by_frame, rep_f = load_source(SourceParams(name="s", kind="local", path=str(parquet)))
+    by_row, rep_r = load_source(SourceParams(name="s", kind="local", path=str(jsonl)))
     assert by_frame == by_row
     assert [r["category"] for r in by_frame] == ["writing", "coding", "math", "multilingual"]
     assert (rep_f.rows_read, rep_f.rows_kept, rep_f.skipped, sorted(rep_f.examples)) == \
@@ -53,7 +56,7 @@ def test_any_batch_size_writes_the_same_file(tmp_path, monkeypatch, batch):
     download.run(params, [tmp_path], tmp_path / "many.parquet", tmp_path / "many.json")
     assert (tmp_path / "one.parquet").read_bytes() == (tmp_path / "many.parquet").read_bytes()
     # The same bytes as the rows written in one piece (the layout the stage has always had).
-    rows = [r for s in params.download.sources for r in sources.load_source(s)[0]]
+    rows = [r for s in params.download.sources for r in load_source(s)[0]]
     write_parquet(tmp_path / "rows.parquet", rows)
     assert (tmp_path / "one.parquet").read_bytes() == (tmp_path / "rows.parquet").read_bytes()
     assert pq.read_schema(tmp_path / "one.parquet") == schema.PROMPTS

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from draftline.config import DrafterParams
+from draftline.config.drafter import DrafterParams
 from draftline.drafter.init_target import init_from_target, target_init_layers
 from draftline.drafter.model import build_drafter, drafter_config
 from draftline.target.info import TargetInfo

@@ -1,6 +1,7 @@
-"""dvc.yaml's deps are exactly each stage's code: its import closure inside src/draftline.
+"""dvc.yaml's deps are exactly each stage's code: its import closure inside stages/ and
+src/draftline.
 
-A stage runs `draftline <stage>`: cli.py, then the stage's module, then everything they
+A stage runs `draftline <stage>`: cli.py, then stages/<stage>.py, then everything they
 import (function-level imports included, parent packages' __init__.py included). A module
 missing from the stage's deps means editing it reruns nothing; a listed module outside the
 closure means editing it reruns the stage for nothing. A folder dep must be used whole.
@@ -22,8 +23,12 @@ SRC = ROOT / "src"
 PKG = SRC / "draftline"
 
 
+def _root(name: str) -> Path:
+    return ROOT if name.split(".")[0] == "stages" else SRC
+
+
 def _module_file(name: str) -> Path | None:
-    base = SRC / Path(*name.split("."))
+    base = _root(name) / Path(*name.split("."))
     for p in (base.with_suffix(".py"), base / "__init__.py"):
         if p.exists():
             return p
@@ -35,12 +40,23 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _run_nodes(tree: ast.AST):
+    """Every node that runs: all of them but the body of `if TYPE_CHECKING:` (annotations
+    only, never imported at run time)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in [child, *_run_nodes(child)])
+            continue
+        yield node
+        yield from _run_nodes(node)
+
+
 def _imports(path: Path) -> set[str]:
-    """Project modules `path` imports, anywhere in it."""
-    here = ".".join(path.relative_to(SRC).with_suffix("").parts)
+    """Project modules `path` imports when it runs, anywhere in it."""
+    here = ".".join(path.relative_to(ROOT if path.is_relative_to(ROOT / "stages") else SRC).with_suffix("").parts)
     package = here.rsplit(".", 1)[0] if path.name != "__init__.py" else here.removesuffix(".__init__")
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _run_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -54,7 +70,7 @@ def _imports(path: Path) -> set[str]:
             names = [mod] + [f"{mod}.{a.name}" for a in node.names if _module_file(f"{mod}.{a.name}")]
         else:
             continue
-        out |= {n for n in names if n and n.split(".")[0] == "draftline" and _module_file(n)}
+        out |= {n for n in names if n and n.split(".")[0] in ("draftline", "stages") and _module_file(n)}
     return out
 
 
@@ -82,7 +98,7 @@ def code_deps(stage: dict) -> set[Path]:
     out = set()
     for d in stage["deps"]:
         p = Path(d)
-        if p.parts[0] != "src":
+        if p.parts[0] not in ("src", "stages"):
             continue
         if (ROOT / p).is_dir():
             folder = {f.relative_to(ROOT) for f in (ROOT / p).rglob("*.py")}
@@ -94,7 +110,7 @@ def code_deps(stage: dict) -> set[Path]:
 
 
 def folder_deps(stage: dict) -> list[Path]:
-    return [Path(d) for d in stage["deps"] if Path(d).parts[0] == "src" and (ROOT / d).is_dir()]
+    return [Path(d) for d in stage["deps"] if Path(d).parts[0] in ("src", "stages") and (ROOT / d).is_dir()]
 
 
 @pytest.mark.parametrize("name", list(STAGES))
@@ -118,7 +134,7 @@ def test_every_stage_runs_its_own_command():
 
 def test_closure_sees_a_function_level_import():
     """regenerate imports its OpenAI driver only for that backend; it is still code the stage runs."""
-    assert Path("src/draftline/regenerate/openai_run.py") in closure("draftline.regenerate.regenerate")
+    assert Path("src/draftline/regenerate/openai_run.py") in closure("stages.regenerate")
 
 
 def test_local_prompt_files_are_download_inputs_and_deps():
@@ -138,7 +154,7 @@ def test_local_prompt_files_are_download_inputs_and_deps():
 
 
 def test_tokenize_reads_the_answers_regenerate_writes():
-    from draftline.regenerate.regenerate import ANSWERS
+    from draftline.regenerate.stage import ANSWERS
 
     data = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     paths = next(v["paths"] for v in data["vars"] if "paths" in v)

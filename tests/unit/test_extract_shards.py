@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 import xxhash
+from extract_helpers import extract_in_process
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from draftline.hidden import ledger
 from draftline.hidden.capture import Capture
-from draftline.hidden.extract import extract_in_process
 from draftline.hidden.plan import PlanError, Record, assign, batches, check_space, plan
 from draftline.hidden.shard_file import ShardFileWriter
 from draftline.hidden.reader import load_sequences
@@ -188,9 +188,9 @@ def test_a_top_k_teacher_gives_the_final_states_kl_loss(llama, tmp_path):
     same KL loss on the same blocks, within bf16 storage."""
     from conftest import train_params
 
-    from draftline.config import DrafterParams
+    from draftline.config.drafter import DrafterParams
     from draftline.drafter.model import build_drafter, drafter_config
-    from draftline.drafter.step import Step
+    from draftline.drafter.train_step import Step
 
     rows = _rows(6)
     extract_in_process(llama, rows, LAYERS, tmp_path / "final", 256, 0)
@@ -251,10 +251,10 @@ def test_online_features_give_the_offline_loss_on_the_same_batch(llama, tmp_path
 
     from conftest import train_params
 
-    from draftline.config import DrafterParams
+    from draftline.config.drafter import DrafterParams
     from draftline.drafter.model import build_drafter, drafter_config
     from draftline.drafter.online import OnlineRows
-    from draftline.drafter.step import Step
+    from draftline.drafter.train_step import Step
     from draftline.hidden.token_rows import TokenRows
     from draftline.io import write_parquet
 
@@ -286,22 +286,22 @@ def test_online_features_give_the_offline_loss_on_the_same_batch(llama, tmp_path
 
 
 def test_prefetch_reads_each_steps_rows_ahead_and_reraises_a_failure():
-    from draftline.drafter.data import InMemory, Prefetch, Schedule
+    from draftline.drafter.data import BatchOrder, InMemory, Prefetch
 
     seqs = [type("S", (), {"id": f"r{i}", "input_ids": torch.zeros(3 + i % 4)})() for i in range(10)]
     rows = InMemory(seqs)
-    sched = Schedule(rows.lengths, rows.ids, 4, 0, 3, 0, 1, 2)
-    want = [(sched.micro(s), [[seqs[i] for i in m] for m in sched.micro(s)]) for s in range(6)]
-    with Prefetch(rows, sched, 0, 6, 2) as ahead:  # each step's micro-batches, as indices and as rows
+    order = BatchOrder(rows.lengths, rows.ids, 4, 0, 3, 0, 1, 2)
+    want = [(order.micro(s), [[seqs[i] for i in m] for m in order.micro(s)]) for s in range(6)]
+    with Prefetch(rows, order, 0, 6, 2) as ahead:  # each step's micro-batches, as indices and as rows
         assert [ahead.get(s) for s in range(6)] == want
-    with Prefetch(rows, sched, 2, 6, 0) as now:  # depth 0: read when asked, from a resumed step
+    with Prefetch(rows, order, 2, 6, 0) as now:  # depth 0: read when asked, from a resumed step
         assert now.get(2) == want[2]
 
     class Broken(InMemory):
         def read(self, indices):
             raise OSError("shard-00003.safetensors: Input/output error")
 
-    with Prefetch(Broken(seqs), sched, 0, 6, 2) as ahead, pytest.raises(OSError, match="shard-00003"):
+    with Prefetch(Broken(seqs), order, 0, 6, 2) as ahead, pytest.raises(OSError, match="shard-00003"):
         ahead.get(0)
 
 
@@ -369,7 +369,7 @@ def test_train_and_extract_keys_must_agree():
     import yaml
     from conftest import ROOT
 
-    from draftline.config import Params
+    from draftline.config.params import Params
 
     base = yaml.safe_load((ROOT / "params.yaml").read_text())
 

@@ -7,11 +7,11 @@ lookup on a looping random model accepts whole blocks, so both paths run."""
 import pytest
 import torch
 
-from draftline.config import DrafterParams
+from draftline.config.drafter import DrafterParams
 from draftline.decode.chain import plain, speculative
 from draftline.decode.prompt_lookup import candidates, prompt_lookup
 from draftline.decode.recurrent import Snapshot, has_recurrent
-from draftline.decode.steps import new_cache
+from draftline.decode.verify import new_cache
 from draftline.decode.tree import leaf_paths, Tree, tree_speculative
 from draftline.drafter.model import build_drafter, drafter_config
 

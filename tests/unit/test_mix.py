@@ -1,9 +1,9 @@
 from collections import Counter
 
-from draftline.config import MixParams
+from draftline.config.mix import MixParams
 from draftline.prompts import decontaminate as D
 from draftline.prompts import dedupe as DD
-from draftline.prompts import mixture as M
+from draftline.prompts import sampling as M
 from draftline.prompts import schema
 
 
@@ -78,7 +78,7 @@ def test_split_is_stable():
 def test_near_duplicates_found_with_precision_and_recall():
     import random as _r
 
-    from draftline.config import NearDedupeParams
+    from draftline.config.mix import NearDedupeParams
 
     rng = _r.Random(0)
     vocab = [f"w{i}" for i in range(3000)]
@@ -116,7 +116,7 @@ def test_mix_hits_weights_within_one_percent():
 
 
 def test_followups_share_choice_and_stability():
-    from draftline.config import FollowupParams
+    from draftline.config.mix import FollowupParams
 
     p = FollowupParams(fraction=0.5, turns={"chat": ["Say it shorter.", "Give an example."]})
     rows = [{"id": f"r{i}", "category": "chat" if i % 3 else "math",
@@ -145,7 +145,7 @@ def test_near_dedupe_scratch_is_removed_and_a_killed_runs_swept(tmp_path, monkey
     import subprocess
     import tempfile
 
-    from draftline.config import NearDedupeParams
+    from draftline.config.mix import NearDedupeParams
     from draftline.io import _host
     from draftline.prompts.near_dedupe import near_duplicates
 

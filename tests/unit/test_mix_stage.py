@@ -6,11 +6,13 @@ import json
 import pyarrow.parquet as pq
 import yaml
 from conftest import ROOT
+from prompt_helpers import load_source
 
-from draftline.config import SourceParams, parse_params
+from draftline.config.download import SourceParams
+
+from draftline.config.params import parse_params
 from draftline.io import write_parquet
 from draftline.prompts import mix as stage
-from draftline.prompts.sources import load_source
 
 
 def _raw_rows():

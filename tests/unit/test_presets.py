@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from draftline.config import load_params
+from draftline.config.params import load_params
 from draftline.presets import merged
 
 PRESETS = sorted(p.stem for p in (ROOT / "presets").glob("*.yaml"))

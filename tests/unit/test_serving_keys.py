@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from draftline.config import DrafterParams
+from draftline.config.drafter import DrafterParams
 from draftline.drafter.model import build_drafter, drafter_config, save_drafter
 from draftline.drafter.serving import SGLANG_KEYS, VLLM_KEYS, ZLAB_KEYS, missing
 from draftline.hidden.features import context_features

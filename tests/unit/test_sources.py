@@ -1,10 +1,11 @@
 import json
 
 import pytest
+from prompt_helpers import load_source
 
-from draftline.config import SourceParams
+from draftline.config.download import SourceParams
 from draftline.decode.requests import select_prompts
-from draftline.prompts.sources import SourceError, load_source
+from draftline.prompts.sources import SourceError
 
 
 def test_benchmarks_ship_in_packages():

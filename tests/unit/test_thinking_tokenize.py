@@ -12,7 +12,7 @@ from chat_tokenizers import kimi26, qwen3, qwen36, save_to, supervised_segments
 from conftest import ROOT
 
 from draftline.chat import ChatTemplate
-from draftline.config import parse_params
+from draftline.config.params import parse_params
 from draftline.io import read_parquet, write_parquet
 from draftline.sequences import tokenize
 from draftline.sequences.loss_mask import encode_turns, turns

@@ -1,7 +1,7 @@
 """Decoding on a transformers target: plain, and speculative with a DFlash drafter's chain
 (the drafter's one pick per block position).
 
-Accounting follows z-lab's `dflash_generate` (steps.py); tau is the mean acceptance
+Accounting follows z-lab's `dflash_generate` (verify.py); tau is the mean acceptance
 length per request (acceptance.py).
 
 Greedy (temperature 0) accepts the longest drafted prefix equal to the target's argmax, so
@@ -26,7 +26,7 @@ from ..drafter.dflash2 import walk
 from ..hidden.features import context_features
 from .recurrent import Snapshot, has_recurrent
 from .skinny import SkinnyHead
-from .steps import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
+from .verify import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
 
 
 def probs_at(logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -15,10 +15,10 @@ per-step counts also reports tau on the reasoning and on the answer part of its 
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..config import BenchmarkParams
 from ..progress import bar
 from .acceptance import histogram, position_acceptance, tau
 from .chain import plain, speculative
@@ -26,8 +26,11 @@ from .prompt_lookup import prompt_lookup
 from .reasoning import ReasoningSplit, reasoning_split, split_steps
 from .requests import Request, build_requests
 from .skinny import skinny_linears
-from .steps import Decoded
+from .verify import Decoded
 from .tree import tree_speculative
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.benchmark import BenchmarkParams
 
 
 class BenchmarkFailure(RuntimeError):

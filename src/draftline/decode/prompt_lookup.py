@@ -12,7 +12,7 @@ import time
 import torch
 
 from .recurrent import Snapshot, has_recurrent
-from .steps import Decoded, keep_cache, new_cache, replay, stop_cut, verify_greedy
+from .verify import Decoded, keep_cache, new_cache, replay, stop_cut, verify_greedy
 
 MAX_NGRAM = 2  # transformers' default max_matching_ngram_size
 

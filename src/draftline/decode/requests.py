@@ -6,14 +6,17 @@ template kwargs, so the benchmark decodes with the thinking setting regeneration
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..config import BenchmarkParams
 from ..prompts.heldout import eval_order
 from .chain import plain
 from .reasoning import reasoning_split
-from .steps import Decoded
+from .verify import Decoded
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.benchmark import BenchmarkParams
 
 
 @dataclass

@@ -29,7 +29,7 @@ from transformers import DynamicCache
 from ..hidden.features import context_features
 from .recurrent import Snapshot, expand, has_recurrent, select
 from .skinny import SkinnyHead, head_logits
-from .steps import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
+from .verify import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def latest(folder: Path, fp: str) -> dict | None:
 
 def restore(state: dict, model, optimizer, sharded: bool = False) -> None:
     if sharded:  # full state dicts, each process keeping its shard
-        from .dist import load_full_state
+        from .fsdp import load_full_state
 
         load_full_state(model, optimizer, state["model"], state["optimizer"])
     else:

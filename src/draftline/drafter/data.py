@@ -6,8 +6,8 @@ index (ids and lengths) and reads each step's rows from the memory-mapped shards
 stored bf16, `train.prefetch` steps ahead on a background thread while the current step
 computes; memory is then prefetch x batch, whatever the dataset's size. Each process reads
 only its own micro-batches. The states reach the device in bf16 and are widened there
-(step.py), so both loaders give the same numbers on the device and the same training, bit
-for bit.
+(train_step.py), so both loaders give the same numbers on the device and the same
+training, bit for bit.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def open_rows(hidden: Path, split: str, loader: str):
     return ShardRows(hidden, split) if loader == "stream" else InMemory(load_sequences(hidden, split))
 
 
-class Schedule:
+class BatchOrder:
     """This process's micro-batches (row indices) of every optimizer step: a pure function of
     (seed, epoch, step), see batching.py, so a resumed run reads what an uninterrupted one did."""
 
@@ -69,8 +69,8 @@ class Prefetch:
     indices and as Sequences, read `depth` steps ahead by one thread (depth 0: read when
     asked)."""
 
-    def __init__(self, rows, schedule: Schedule, start: int, stop: int, depth: int):
-        self.rows, self.schedule, self.depth = rows, schedule, depth
+    def __init__(self, rows, order: BatchOrder, start: int, stop: int, depth: int):
+        self.rows, self.order, self.depth = rows, order, depth
         self._q: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._thread = None
@@ -79,7 +79,7 @@ class Prefetch:
             self._thread.start()
 
     def _read(self, step: int) -> tuple[list[list[int]], list[list[Sequence]]]:
-        micro = self.schedule.micro(step)
+        micro = self.order.micro(step)
         return micro, [self.rows.read(m) for m in micro]
 
     def _run(self, start: int, stop: int) -> None:

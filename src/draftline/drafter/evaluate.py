@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .step import Step
+from .train_step import Step
 
 
 def evaluate(step: Step, seqs, batch_size: int, seed: int) -> dict:

@@ -7,19 +7,24 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..config import DrafterParams, TrainParams
+from .. import distributed as dist
 from ..progress import bar
-from . import checkpoint, dist
+from . import checkpoint, fsdp
 from .batching import Padding
-from .data import InMemory, Prefetch, Schedule
+from .data import BatchOrder, InMemory, Prefetch
 from .evaluate import evaluate
 from .head_vocab import HeadVocab
 from .live import LiveLog
-from .schedule import lr_at
-from .step import Step
+from .lr_schedule import lr_at
+from .train_step import Step
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.drafter import DrafterParams
+    from ..config.train import TrainParams
 
 
 @dataclass
@@ -62,105 +67,176 @@ def train(drafter, embed_w, lm_head_w, train_rows, val_rows, dp: DrafterParams, 
     if tp.parallel == "fsdp" and world.size > 1:
         _every_rank_has_work(len(train_rows), tp, world)
     drafter.to(world.device)
-    sharded = tp.parallel == "fsdp" and dist.shard(drafter, world)
+    sharded = tp.parallel == "fsdp" and fsdp.shard(drafter, world)
     head = HeadVocab.frequent(train_rows.token_ids(), tp.head_vocab, lm_head_w.shape[0]) if tp.head_vocab else None
     step_fn = Step(drafter, embed_w, lm_head_w, dp, tp, mask_id, world.device, head)
     per_epoch, total = total_steps(len(train_rows), tp)
     params = [p for p in drafter.parameters() if p.requires_grad]
-    # Fused on GPUs (one kernel for all parameters); the CPU keeps the reference update.
-    opt = torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95),
-                            fused=world.device.type == "cuda")
-    log = TrainLog()
-    start = 0
-    if resume is not None:
-        state = checkpoint.latest(resume.folder, resume.fingerprint) if world.main else None
-        if dist.broadcast_flag(world, state is not None):
-            if state is None:  # other ranks read the file rank 0 chose
-                state = checkpoint.latest(resume.folder, resume.fingerprint)
-            checkpoint.restore(state, drafter, opt, sharded)
-            start = state["step"]
-            log.steps, log.evals, log.padding = state["log"]["steps"], state["log"]["evals"], state["log"]["padding"]
-            log.resumed_from = start
-    live.replay(log.steps, log.evals)
+    run = TrainingRun(drafter, step_fn, params, _adamw(params, tp, world), val_rows, dp, tp, world, sharded,
+                      per_epoch, total, resume, live)
+    start = run.restore()
+    live.replay(run.log.steps, run.log.evals)
     lengths = train_rows.lengths
-    schedule = Schedule(lengths, train_rows.ids, tp.batch_size, tp.seed, per_epoch, world.rank, world.size,
-                        tp.grad_accum)
-    fetch = Prefetch(train_rows, schedule, start, total, tp.prefetch if tp.loader == "stream" else 0)
-    with fetch:
+    order = BatchOrder(lengths, train_rows.ids, tp.batch_size, tp.seed, per_epoch, world.rank, world.size,
+                       tp.grad_accum)
+    with Prefetch(train_rows, order, start, total, tp.prefetch if tp.loader == "stream" else 0) as fetch:
         drafter.train()
         pb = bar(total, "train", unit="step") if world.main else None
         if pb is not None and start:
             pb.update(start)
         t0 = time.perf_counter()
-        step = start
-        while step < total:
+        for step in range(start, total):
             epoch = step // per_epoch
             micro, seqs = fetch.get(step)
-            built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
-            local_w = sum(float(b.weights.sum()) for b in built)
-            pad = Padding()
-            for m in micro:
-                pad.add([lengths[i] for i in m])
-            denom, real, padded = dist.all_sum(world, [local_w, pad.real, pad.padded])
-            lr = lr_at(step, total, tp.lr, tp.warmup_ratio, tp.min_lr_ratio)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.zero_grad(set_to_none=False)
-            loss_sum, slots = 0.0, 0
-            c = torch.zeros(dp.block_size - 1)
-            n = torch.zeros_like(c)
-            for s, b in zip(seqs, built):
-                loss, st = step_fn.loss(s, b, denom, training_head=True)
-                (loss * world.size if sharded else loss).backward()  # FSDP averages; the sum is wanted
-                loss_sum += loss.item()
-                slots += st["slots"]
-                c += st["correct_by_pos"]
-                n += st["count_by_pos"]
-            if not sharded:  # FSDP has reduce-scattered them in backward
-                dist.all_sum_grads(world, params)
-            gnorm = torch.nn.utils.clip_grad_norm_(params, tp.grad_clip)
-            gnorm = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
-            # Checked before the update: a non-finite loss or gradient would make every weight
-            # NaN, and the stage would still write a drafter and report success. The gradient
-            # norm is the same on every process (gradients are summed first), so all stop.
-            if not (math.isfinite(loss_sum) and math.isfinite(float(gnorm))):
-                raise RuntimeError(
-                    f"train: step {step + 1} (epoch {epoch}): loss {loss_sum} and gradient norm {float(gnorm)}; "
-                    f"training diverged (lower train.lr, check the hidden states); checkpoints up to step "
-                    f"{step} are kept")
-            opt.step()
-            loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
-            c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])
-            step += 1
-            log.padding["real"] += int(real)
-            log.padding["padded"] += int(padded)
-            acc = (c / n.clamp_min(1)).tolist()
-            row = {"step": step, "epoch": epoch, "loss": loss_sum, "lr": lr, "grad_norm": float(gnorm),
-                   "slots": int(slots), "tokens": int(real), "padding": round(1 - real / max(padded, 1), 4),
-                   "seconds": round(time.perf_counter() - t0, 2)}
-            row.update({f"acc_{k + 1}": a for k, a in enumerate(acc)})
-            log.steps.append(row)
-            live.step(row)
-            if pb is not None:
-                pb.update(1)
-                pb.set_postfix(loss=f"{loss_sum:.3f}", acc1=f"{acc[0]:.2f}")
-            # Sharded, every process takes part in each forward; the main one logs.
-            if len(val_rows) and (world.main or sharded) and (step % tp.eval_every == 0 or step == total):
-                ev = evaluate(step_fn, val_rows, max(1, tp.batch_size // tp.grad_accum), tp.seed)
-                log.evals.append({"step": step, **ev})
-                live.eval(step, ev)  # a no-op off the main process
-                if pb is not None:
-                    pb.set_postfix(loss=f"{loss_sum:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
-            if resume is not None and (step % resume.every == 0 or step == total):
-                model_sd, opt_sd = dist.full_state(drafter, opt) if sharded else (drafter.state_dict(),
-                                                                                   opt.state_dict())
-                if world.main:
-                    checkpoint.save(resume.folder, step, resume.fingerprint, model_sd, opt_sd, log.as_dict(),
-                                    resume.keep)
-                dist.barrier(world)
+            stats = run.optimizer_step(step, epoch, [[lengths[i] for i in m] for m in micro], seqs)
+            run.record(step + 1, epoch, stats, time.perf_counter() - t0, pb)
+            run.evaluate_if_due(step + 1, stats, pb)
+            run.checkpoint_if_due(step + 1)
         if pb is not None:
             pb.close()
-    return log
+    return run.log
+
+
+def _adamw(params: list[torch.nn.Parameter], tp: TrainParams, world: dist.World) -> torch.optim.AdamW:
+    # Fused on GPUs (one kernel for all parameters); the CPU keeps the reference update.
+    return torch.optim.AdamW(params, lr=tp.lr, weight_decay=tp.weight_decay, betas=(0.9, 0.95),
+                             fused=world.device.type == "cuda")
+
+
+@dataclass
+class StepStats:
+    """One optimizer step's numbers; all but lr are summed over the processes."""
+
+    lr: float
+    loss: float
+    grad_norm: float
+    slots: float
+    real: float  # tokens in the step's micro-batches
+    padded: float  # their padded size
+    acc: list[float]  # acceptance by drafted position (1..block_size-1)
+
+
+@dataclass
+class TrainingRun:
+    """What every optimizer step of one run reads (built once by `train`) and the log it
+    writes; each method is one piece of a step, in the order `train` calls them."""
+
+    drafter: torch.nn.Module
+    step_fn: Step
+    params: list[torch.nn.Parameter]  # the trainable ones
+    opt: torch.optim.AdamW
+    val_rows: object
+    dp: DrafterParams
+    tp: TrainParams
+    world: dist.World
+    sharded: bool  # FSDP: each process holds a shard of the weights
+    per_epoch: int
+    total: int
+    resume: Resume | None
+    live: LiveLog
+    log: TrainLog = field(default_factory=TrainLog)
+
+    def restore(self) -> int:
+        """The step to start from: the latest checkpoint's (weights, optimizer and log
+        restored from it), else 0."""
+        if self.resume is None:
+            return 0
+        world, resume = self.world, self.resume
+        state = checkpoint.latest(resume.folder, resume.fingerprint) if world.main else None
+        if not dist.broadcast_flag(world, state is not None):
+            return 0
+        if state is None:  # other ranks read the file rank 0 chose
+            state = checkpoint.latest(resume.folder, resume.fingerprint)
+        checkpoint.restore(state, self.drafter, self.opt, self.sharded)
+        log = self.log
+        log.steps, log.evals, log.padding = state["log"]["steps"], state["log"]["evals"], state["log"]["padding"]
+        log.resumed_from = state["step"]
+        return state["step"]
+
+    def optimizer_step(self, step: int, epoch: int, micro_lengths: list[list[int]], seqs) -> StepStats:
+        """Forward and backward over this process's micro-batches, gradients summed over the
+        processes, clipped, checked, and one AdamW update at the scheduled lr."""
+        dp, tp, world, step_fn = self.dp, self.tp, self.world, self.step_fn
+        built = [step_fn.blocks(s, epoch, training=True) for s in seqs]
+        local_w = sum(float(b.weights.sum()) for b in built)
+        pad = Padding()
+        for lengths in micro_lengths:
+            pad.add(lengths)
+        denom, real, padded = dist.all_sum(world, [local_w, pad.real, pad.padded])
+        lr = lr_at(step, self.total, tp.lr, tp.warmup_ratio, tp.min_lr_ratio)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.zero_grad(set_to_none=False)
+        loss_sum, slots = 0.0, 0
+        c = torch.zeros(dp.block_size - 1)
+        n = torch.zeros_like(c)
+        for s, b in zip(seqs, built):
+            loss, st = step_fn.loss(s, b, denom, training_head=True)
+            (loss * world.size if self.sharded else loss).backward()  # FSDP averages; the sum is wanted
+            loss_sum += loss.item()
+            slots += st["slots"]
+            c += st["correct_by_pos"]
+            n += st["count_by_pos"]
+        if not self.sharded:  # FSDP has reduce-scattered them in backward
+            dist.all_sum_grads(world, self.params)
+        gnorm = torch.nn.utils.clip_grad_norm_(self.params, tp.grad_clip)
+        gnorm = gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm
+        _stop_if_diverged(step, epoch, loss_sum, float(gnorm))
+        self.opt.step()
+        loss_sum, slots, *cn = dist.all_sum(world, [loss_sum, slots] + c.tolist() + n.tolist())
+        c, n = torch.tensor(cn[: dp.block_size - 1]), torch.tensor(cn[dp.block_size - 1 :])
+        return StepStats(lr, loss_sum, float(gnorm), slots, real, padded, (c / n.clamp_min(1)).tolist())
+
+    def record(self, step: int, epoch: int, stats: StepStats, seconds: float, pb) -> None:
+        """Log the step that just ended (`step` counts from 1) and show it."""
+        log = self.log
+        log.padding["real"] += int(stats.real)
+        log.padding["padded"] += int(stats.padded)
+        row = {"step": step, "epoch": epoch, "loss": stats.loss, "lr": stats.lr, "grad_norm": stats.grad_norm,
+               "slots": int(stats.slots), "tokens": int(stats.real),
+               "padding": round(1 - stats.real / max(stats.padded, 1), 4), "seconds": round(seconds, 2)}
+        row.update({f"acc_{k + 1}": a for k, a in enumerate(stats.acc)})
+        log.steps.append(row)
+        self.live.step(row)
+        if pb is not None:
+            pb.update(1)
+            pb.set_postfix(loss=f"{stats.loss:.3f}", acc1=f"{stats.acc[0]:.2f}")
+
+    def evaluate_if_due(self, step: int, stats: StepStats, pb) -> None:
+        """The held-out eval every train.eval_every steps and after the last."""
+        tp = self.tp
+        due = step % tp.eval_every == 0 or step == self.total
+        # Sharded, every process takes part in each forward; the main one logs.
+        if len(self.val_rows) and (self.world.main or self.sharded) and due:
+            ev = evaluate(self.step_fn, self.val_rows, max(1, tp.batch_size // tp.grad_accum), tp.seed)
+            self.log.evals.append({"step": step, **ev})
+            self.live.eval(step, ev)  # a no-op off the main process
+            if pb is not None:
+                pb.set_postfix(loss=f"{stats.loss:.3f}", val=f"{ev['loss']:.3f}", tau_est=f"{ev['tau_estimate']:.2f}")
+
+    def checkpoint_if_due(self, step: int) -> None:
+        """A checkpoint every resume.every steps and after the last; the main process writes it."""
+        resume = self.resume
+        if resume is None or not (step % resume.every == 0 or step == self.total):
+            return
+        if self.sharded:
+            model_sd, opt_sd = fsdp.full_state(self.drafter, self.opt)
+        else:
+            model_sd, opt_sd = self.drafter.state_dict(), self.opt.state_dict()
+        if self.world.main:
+            checkpoint.save(resume.folder, step, resume.fingerprint, model_sd, opt_sd, self.log.as_dict(), resume.keep)
+        dist.barrier(self.world)
+
+
+def _stop_if_diverged(step: int, epoch: int, loss: float, grad_norm: float) -> None:
+    """Checked before the update: a non-finite loss or gradient would make every weight
+    NaN, and the stage would still write a drafter and report success. The gradient norm
+    is the same on every process (gradients are summed first), so all stop."""
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise RuntimeError(
+            f"train: step {step + 1} (epoch {epoch}): loss {loss} and gradient norm {grad_norm}; "
+            f"training diverged (lower train.lr, check the hidden states); checkpoints up to step "
+            f"{step} are kept")
 
 
 def _every_rank_has_work(n_rows: int, tp: TrainParams, world: dist.World) -> None:

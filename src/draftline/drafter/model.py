@@ -8,12 +8,15 @@ is by construction what `from_pretrained` loads and `dflash_generate` runs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..config import DrafterParams
 from ..target.layout import attention_kind, text_config
 from .serving import serving_fields
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.drafter import DrafterParams
 
 
 class DrafterError(ValueError):

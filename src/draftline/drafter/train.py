@@ -16,22 +16,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
-
-from ..command import path_option, run_stage
+from .. import distributed as dist
 from ..devices import compute_device
 from ..hidden.store import file_digest, read_index
 from ..io import temp_beside, write_json, write_tsv
 from ..target.info import TargetInfo
 from ..target.load import load_config, load_tokenizer
 from ..target.weights import load_io_weights
-from . import dist
+from . import fsdp
 from .checkpoint import fingerprint
 from .data import open_rows
-from .launch import launches, relaunch
-from .online import online_rows
-from .live import LiveLog
 from .init_target import init_from_target
+from .live import LiveLog
 from .loop import Resume, train
 from .model import (
     DRAFTER_FILES,
@@ -40,12 +36,13 @@ from .model import (
     mask_token_id,
     save_drafter,
 )
-from .step import use_bf16
+from .online import online_rows
+from .train_step import use_bf16
 
 
 def run(params, model: Path, info_file: Path, hidden: Path, tokens: Path, out: Path, state: Path, metrics: Path,
         plots: dict[str, Path], device=None, device_map: str | None = None) -> None:
-    world = dist.init(device or compute_device())
+    world = dist.init(device or compute_device(local_rank=dist.local_rank()))
     try:
         _train(params, params.drafter, params.train, world, Inputs(model, info_file, hidden, tokens, device_map),
                out, state, metrics, plots)
@@ -110,7 +107,7 @@ def _train(params, dp, tp, world, inputs: Inputs, out, state, metrics, plots) ->
         val_seqs.close()
     elapsed = time.perf_counter() - t0
     if tp.parallel == "fsdp" and world.size > 1:  # the full weights, gathered from every process's shard
-        full, _ = dist.full_state(drafter)
+        full, _ = fsdp.full_state(drafter)
         if world.main:
             drafter = build_drafter(config, tp.seed)
             drafter.load_state_dict(full)
@@ -163,37 +160,3 @@ def _report(log, dp, tp, drafter, world, elapsed, n_train, n_val, mask_id, metri
     print(f"train: {last['step']} steps in {elapsed:.0f}s, loss {metrics['train_loss']:.3f}, "
           f"padding {metrics['padding_fraction']:.1%}"
           + (f", val tau estimate {metrics['val_tau_estimate']:.3f}" if log.evals else ""))
-
-
-@click.command("train")
-@path_option("--model", "target_model", "Reads: the target's tokenizer, config, embeddings, LM head and (init: "
-                                        "target) the layers the drafter starts from.")
-@path_option("--info", "target_info", "Reads: the captured layers and layer count.")
-@path_option("--hidden", "hidden", "Reads: the extracted hidden-state shards (train.features: offline).")
-@path_option("--tokens", "tokens", "Reads: the tokenized rows, run through the target during training "
-                                   "(train.features: online).")
-@path_option("--out", "drafter", f"Writes: the drafter folder's {' and '.join(DRAFTER_FILES)} (z-lab's "
-                                 "DFlashDraftModel / DFlash2DraftModel format).")
-@path_option("--state", "train_state", "Resume checkpoints (kept across runs, never cached).")
-@path_option("--metrics", "train_metrics", "Writes: losses, accuracies, held-out tau estimate, speed.")
-@path_option("--live", "train_live", "Writes, step by step (DVCLive): metrics.json (the latest values) and "
-                                    "plots/metrics/ (loss, lr, grad norm, accuracy per position, steps/s, tokens/s, "
-                                    "held-out loss and tau estimate).")
-@path_option("--eval-plot", "train_eval_plot", "Writes: held-out loss and tau estimate per eval (a dvc plot).")
-@path_option("--position-plot", "train_position_plot", "Writes: final accuracy per block position (a dvc plot).")
-@click.pass_obj
-def command(settings, model, info, hidden, tokens, out, state, metrics, live, eval_plot, position_plot):
-    """Train the drafter on the target's hidden states (stored, or computed as it trains).
-
-    Params: `train`, `drafter`. train.processes_per_node / nodes > 1: starts torchrun itself (or run it
-    under your own torchrun); data parallel; resumes from --state."""
-    plots = {"live": live, "eval": eval_plot, "position": position_plot}
-
-    def stage(params):
-        if launches(params.train):
-            relaunch(params.train, settings.threads)
-        else:
-            run(params, model, info, hidden, tokens, out, state, metrics, plots, compute_device(settings.device),
-                settings.target_device_map)
-
-    run_stage(settings, stage)

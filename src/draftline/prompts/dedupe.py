@@ -8,11 +8,14 @@ survives does not depend on anything but the data. Frames carry the user text in
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..config import NearDedupeParams
 from .near_dedupe import CHUNK, near_duplicates
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.mix import NearDedupeParams
 
 
 def normalised(text: pl.Expr) -> pl.Expr:

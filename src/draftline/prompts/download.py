@@ -12,16 +12,15 @@ version it).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import click
-
-from .. import paths
-from ..command import path_option, run_stage
-from ..config import SourceParams
 from ..cost import Cost
 from ..io import write_json
 from .schema import PROMPTS, ParquetOut
 from .sources import SourceReport, source_frames
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.download import SourceParams
 
 
 def local_file(src: SourceParams) -> Path | None:
@@ -65,18 +64,3 @@ def _report(src, rep: SourceReport) -> dict:
     return {"role": src.role, "read": rep.rows_read, "kept": rep.rows_kept,
             "skipped": sum(rep.skipped.values()), "skipped_by_reason": rep.skipped,
             "skipped_examples": [f"row {r}: {why}" for r, why in rep.examples]}
-
-
-@click.command("download")
-@click.option("--inputs", type=click.Path(path_type=Path), multiple=True,
-              default=lambda: paths.stage_data_deps("download"), show_default="download's deps in dvc.yaml",
-              help="Reads: local prompt files or folders (repeatable); every local source in params must lie inside "
-                   "one. Hub and benchmark sources need none.")
-@path_option("--out", "prompts", "Writes: every prompt in one schema (id, source, category, role, messages).")
-@path_option("--metrics", "download_metrics", "Writes: rows read, kept and skipped per source, with examples.")
-@click.pass_obj
-def command(settings, inputs, out, metrics):
-    """Read every prompt source into one Parquet file.
-
-    Params: `download`. Malformed rows are counted and skipped, named by source and row."""
-    run_stage(settings, lambda params: run(params, list(inputs), out, metrics), torch_threads=False)

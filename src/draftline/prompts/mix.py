@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
 import polars as pl
 
-from ..command import path_option, run_stage
 from ..cost import Cost
 from ..io import write_json, write_tsv
 from . import schema
 from .decontaminate import decontaminate
 from .dedupe import counts, dedupe, near_dedupe
 from .heldout import in_eval_order
-from .mixture import add_followups, mix_by_category, split
+from .sampling import add_followups, mix_by_category, split
 
 
 def cap_per_source(evals: pl.DataFrame, per_source: int | None) -> pl.DataFrame:
@@ -80,18 +78,3 @@ def run(params, prompts: Path, train_out: Path, eval_out: Path, metrics: Path, p
     print(f"mix: {mixed.height} prompts ({dup} duplicates, {sum(near.values())} near-duplicates, "
           f"{sum(contaminated.values())} contaminated removed); "
           f"{evals.height} eval prompts")
-
-
-@click.command("mix")
-@path_option("--prompts", "prompts", "Reads: the downloaded prompts.")
-@path_option("--train", "mix_train", "Writes: the mixed training prompts, each with split train or val.")
-@path_option("--eval", "mix_eval", "Writes: the held-out benchmark prompts.")
-@path_option("--metrics", "mix_metrics", "Writes: counts removed and kept, by source and category; time, rows/s, "
-                                         "peak memory.")
-@path_option("--plot", "mix_plot", "Writes: prompts per category before and after (a dvc plot).")
-@click.pass_obj
-def command(settings, prompts, train, eval, metrics, plot):
-    """Dedupe, decontaminate, weight by category, split.
-
-    Params: `mix`. Byte-identical outputs for the same inputs and params."""
-    run_stage(settings, lambda params: run(params, prompts, train, eval, metrics, plot), torch_threads=False)

@@ -26,12 +26,15 @@ import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import NearDedupeParams
 from ..io import remove, temp_beside
 from .shingles import shingle_hashes, words
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.mix import NearDedupeParams
 
 _EMPTY = np.iinfo(np.uint32).max
 CHUNK = 1 << 18  # texts signed at a time: ~1 GB of words, shingles and signatures at most

@@ -13,16 +13,18 @@ import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
 
-from ..config import SourceParams
 from .adapters import ADAPTERS, turns
 from .categories import rule
 from .heldout import split_holdout
 from .schema import MESSAGES
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.download import SourceParams
 
 BATCH = 1 << 16  # rows read, mapped and written at a time
 
@@ -336,9 +338,3 @@ def source_frames(src: SourceParams, report: SourceReport, root: Path = Path("."
 def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"messages": MESSAGES, "label": pl.String})
 
-
-def load_source(src: SourceParams, root: Path = Path(".")) -> tuple[list[dict], SourceReport]:
-    """The whole source as rows (small sources, tests)."""
-    report = SourceReport(src.name)
-    frames = list(source_frames(src, report, root))
-    return (pl.concat(frames).to_dicts() if frames else []), report

@@ -13,13 +13,16 @@ import json
 import random
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from .. import secrets
-from ..config import OpenAIParams
 from .answer import Answer, split_reasoning
 from .endpoints import EndpointPool
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.regenerate import OpenAIParams
 
 # Transient: worth another try. Anything else (400 context too long, 404, 422) is an
 # answer about this row and is recorded for it at once.

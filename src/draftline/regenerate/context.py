@@ -19,7 +19,9 @@ metrics and listed (`LONG_SCHEMA`) with its turn and length.
 
 from __future__ import annotations
 
-from ..config import ChatParams, RegenerateParams
+from ..config.chat import ChatParams
+
+from ..config.regenerate import RegenerateParams
 from ..io import write_parquet
 from .drive import next_turns
 from .jobs import Job

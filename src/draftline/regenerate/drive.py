@@ -1,6 +1,6 @@
 """Drive a backend over all prompts: resumable, turn by turn, errors kept per row.
 
-`regenerate` is the same for every backend: key every (prompt, sample), load what earlier
+`answer_all` is the same for every backend: key every (prompt, sample), load what earlier
 runs finished under the same key, hand the rest to the backend's driver, write finished
 rows to shards as they come. The caller writes the final files and only then clears the
 shards, so a kill at any point leaves either the shards or the finished files.
@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..config import RegenerateParams
 from ..progress import bar
 from .answer import Answer
 from .jobs import ADDED_COLUMNS, Job, empty_turn, error_row, make_jobs, make_row, settings_of
 from .store import ShardStore
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.regenerate import RegenerateParams
 
 
 def next_turns(prompts: list[list[dict]], convs: list[list[dict]], cursor: list[int], over=None,
@@ -189,7 +192,7 @@ class Outcome:
     long: list[dict] = field(default_factory=list)  # rows over the context, dropped or cut (context.LONG_SCHEMA)
 
 
-def regenerate(rows: list[dict], driver, params: RegenerateParams, target_fp: str, work: Path,
+def answer_all(rows: list[dict], driver, params: RegenerateParams, target_fp: str, work: Path,
                finished: list[Path] = (), limit=None) -> Outcome:
     """limit: a context.PromptLimit; every prompt is measured (and dropped or cut) before
     any batch, and later turns as they are asked. None: nothing is measured."""

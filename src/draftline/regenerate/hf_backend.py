@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessorList
 
-from ..config import ChatParams, RegenerateParams
+from ..config.chat import ChatParams
+
+from ..config.regenerate import RegenerateParams
 from .answer import Answer, opens_reasoning, split_reasoning
 from .context import chat_ids
 from .kv_cache import growing_cache

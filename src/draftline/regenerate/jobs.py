@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..config import ChatParams, RegenerateParams
+from ..config.chat import ChatParams
+
+from ..config.regenerate import RegenerateParams
 from .answer import Answer
 from .store import row_key
 

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from .. import secrets
-from ..config import ChatParams, RegenerateParams
+from ..config.chat import ChatParams
+from ..config.regenerate import RegenerateParams
 from .client import ChatClient, EndpointError, RowFailure
 from .drive import Writer, next_turns
 from .endpoints import EndpointPool

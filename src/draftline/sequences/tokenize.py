@@ -7,15 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
-from ..command import path_option, run_stage
+from ..chat import ChatTemplate
 from ..io import read_parquet, write_json, write_parquet
 from ..target.load import load_tokenizer
 from .copy_turns import CopyTurns
 from .ids import sequence_id
 from .loss_mask import ANSWER, REASONING, TemplateError, encode_turns, turns
-from ..chat import ChatTemplate
 
 NAMED = 20  # unrendered rows named in the metrics
 
@@ -81,17 +78,3 @@ def run(params, model: Path, answers: Path, out_file: Path, metrics: Path) -> No
     print(f"tokenize: {len(out)} sequences from {conversations} conversations ({split} split by turn, {copies} "
           f"with a copy turn), {sum(lengths)} tokens ({sum(sup)} supervised: {reasoning_tokens} reasoning), "
           f"dropped {dropped}, unrendered {len(unrendered)}")
-
-
-@click.command("tokenize")
-@path_option("--model", "target_model", "Reads: the target's tokenizer and chat template.")
-@path_option("--answers", "regen_answers", "Reads: the regenerated conversations.")
-@path_option("--out", "tokens", "Writes: one row per sequence: id, split, input_ids, loss_mask "
-                                "(1 on the target's own tokens; `draftline inspect` shows them).")
-@path_option("--metrics", "tokenize_metrics", "Writes: rows, tokens, supervised tokens, drops.")
-@click.pass_obj
-def command(settings, model, answers, out, metrics):
-    """Chat template + loss mask on what the target wrote, reasoning included.
-
-    Params: `chat`, `tokenize`."""
-    run_stage(settings, lambda params: run(params, model, answers, out, metrics))

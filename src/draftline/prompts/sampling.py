@@ -1,4 +1,5 @@
-"""The mixture: category weights, the train/val split and follow-up turns.
+"""The mix stage's seeded samples: prompts by category weight, the train/val split and
+follow-up turns (mix.py runs them in order).
 
 Each choice is a pure function of the seed and the prompts' ids, so adding prompts does
 not reshuffle the choices made for the others.
@@ -10,11 +11,14 @@ import hashlib
 import math
 import random
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..config import FollowupParams, MixParams
 from .dedupe import counts
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.mix import FollowupParams, MixParams
 
 
 def mix_by_category(df: pl.DataFrame, params: MixParams) -> tuple[pl.DataFrame, list[str]]:

@@ -14,18 +14,15 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import click
-
 from .. import secrets
 from ..chat import ChatTemplate
-from ..command import path_option, run_stage
 from ..devices import compute_device
 from ..io import read_parquet, write_json, write_parquet
 from ..precision import batch_dtype
 from ..target.load import TargetError, load_config, load_model, load_tokenizer
 from .answer import truncated_in_reasoning
 from .context import PromptLimit, target_context, write_long
-from .drive import HFDriver, regenerate
+from .drive import HFDriver, answer_all
 from .store import ShardStore, target_fingerprint
 
 # The stage's output folder holds these files (tokenize reads the first).
@@ -133,7 +130,7 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
     target_fp = target_fingerprint(model, None if p.backend == "openai" else _hf_dtype(params, device))
     tok = _tokenizer(p, model)
     limit = _limit(params, model, tok)
-    out = regenerate(rows, _driver(params, model, logs, device, device_map, tok), p, target_fp, work,
+    out = answer_all(rows, _driver(params, model, logs, device, device_map, tok), p, target_fp, work,
                      finished=[answers_file, dropped_file], limit=limit)
     answers, errors = out.rows, out.errors
     truncated = [a for a in answers if "length" in a["finish_reason"]]
@@ -184,23 +181,3 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
     ShardStore(work).clear()
     print(f"regenerate: {len(kept)} rows, {sum(toks)} tokens ({out.stats['rows_resumed']} resumed, "
           f"{len(errors)} failed, {len(truncated)} truncated)")
-
-
-@click.command("regenerate")
-@path_option("--model", "target_model", "Reads: the target (its context and tokenizer; in process its weights, "
-                                       "for servers its hash).")
-@path_option("--prompts", "mix_train", "Reads: the mixed training prompts.")
-@path_option("--out", "regen", f"Writes: a folder with {ANSWERS} (every conversation with the target's answers), "
-                               f"{ERRORS} (rows that failed, with reasons), {LONG} (rows over the target's "
-                               f"context, dropped or cut) and {DROPPED} (with drop_truncated).")
-@path_option("--work", "regen_work", "Resume shards of finished rows (kept outside --out, removed when done).")
-@path_option("--logs", "regen_logs", "Launched servers' output, secrets masked (not an artifact).")
-@path_option("--metrics", "regenerate_metrics", "Writes: rows, tokens, truncation, errors by kind, throughput.")
-@click.pass_obj
-def command(settings, model, prompts, out, work, logs, metrics):
-    """The target answers every training prompt, turn by turn.
-
-    Params: `regenerate`, `chat`, `target.dtype`. In process (transformers) or on OpenAI-compatible
-    servers; resumes exactly after a kill."""
-    run_stage(settings, lambda params: run(params, model, prompts, out, work, logs, metrics,
-                                           compute_device(settings.device), settings.target_device_map))

@@ -1,22 +1,19 @@
-"""Stage `target`: materialise the target model and record what later stages need.
+"""The target stage's work: the target as a plain HF folder, and info.json beside it.
 
-    draftline target --model DIR --info FILE
+    draftline target --model DIR --info FILE     # stages/target.py
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
-from ..command import path_option, run_stage
 from ..io import remove
 from .info import choose_layers, describe, write_info
 from .layout import text_config
 from .materialize import materialize, source_config
 
 
-def run(params, model: Path, info_file: Path) -> None:
+def prepare(params, model: Path, info_file: Path) -> None:
     # Params that depend on the target are checked against its config first, before the
     # conversion or copy spends minutes (or downloads gigabytes) for nothing.
     choose_layers(params.drafter, int(text_config(source_config(params.target)).num_hidden_layers))
@@ -32,14 +29,3 @@ def run(params, model: Path, info_file: Path) -> None:
     print(f"target: {info['architecture']} with {info['num_hidden_layers']} layers ({', '.join(kinds)}; "
           f"{info['attention']}), hidden {info['hidden_size']}, drafter reads layers {info['target_layer_ids']}")
 
-
-@click.command("target")
-@path_option("--model", "target_model", "Writes: the target as a plain HF folder (or a pointer to it).")
-@path_option("--info", "target_info", "Writes: JSON with its layer count, hidden size, end-of-sequence ids and "
-                                      "the layers the drafter reads.")
-@click.pass_obj
-def command(settings, model, info):
-    """Materialise the target model; record its layers and stop ids.
-
-    Params: `target`, `drafter.num_layers`, `drafter.target_layer_ids`."""
-    run_stage(settings, lambda params: run(params, model, info))

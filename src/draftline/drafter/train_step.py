@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
-from ..config import DrafterParams, TrainParams
 from ..precision import bf16_units
 from . import blocks
 from .batching import anchor_generator
@@ -13,6 +14,10 @@ from .block_attention import routed
 from .dflash2 import block_local_convs, is_dflash2, selector_loss, selector_targets
 from .head_vocab import HeadVocab
 from .loss import LossSpec, SparseTeacher, block_loss, select, top_k_teacher
+
+if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
+    from ..config.drafter import DrafterParams
+    from ..config.train import TrainParams
 
 
 TEACHER_CACHE_BYTES = 1 << 30  # the embedded default's teachers take about 50 MB

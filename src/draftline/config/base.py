@@ -1,0 +1,64 @@
+"""What every section shares: strict validation, the number types, and errors that name the key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ParamsError(ValueError):
+    """params.yaml is malformed; the message names the key."""
+
+
+class Section(BaseModel):
+    # Unknown keys are errors: a misspelt key silently falling back to a default is the
+    # classic "which setting produced this drafter" bug.
+    # Strict: YAML already gives every value its type, so "4" for an int, `true` for an
+    # int or "off" for a bool is a mistake to report, not to coerce; and a non-finite
+    # float (`.inf`, `.nan`) is never a setting (lr: .inf trains an all-NaN drafter).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+BatchDtype = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+def check_master(nodes: int, master: str | None) -> None:
+    """A section that starts torchrun over several nodes (extract, train; launch.py): they
+    meet at node 0, so its host:port is needed."""
+    if nodes > 1 and not re.fullmatch(r"[^\s:]+:\d{1,5}", master or ""):
+        raise ValueError(f"master: {master!r}; with nodes: {nodes} it must be node 0's host:port")
+
+
+def format_error(err: ValidationError, source: str, prefix: str = "") -> str:
+    """One line per bad key, the key spelt as in params.yaml (`train.lr`)."""
+    lines = []
+    for e in err.errors():
+        key = ".".join([prefix] * bool(prefix) + [str(p) for p in e["loc"]]) or "<root>"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{source}: unknown key '{key}'")
+        else:
+            lines.append(f"{source}: {key}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def read_params_file(path: str | Path) -> dict:
+    """params.yaml as a mapping; a missing file, bad YAML or another top level named."""
+    path = Path(path)
+    if not path.exists():
+        raise ParamsError(f"{path}: file not found")
+    with path.open() as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as err:
+            raise ParamsError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ParamsError(f"{path}: top level must be a mapping")
+    return data

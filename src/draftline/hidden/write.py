@@ -1,0 +1,59 @@
+"""One rank's share of the shards, written: each shard streamed to its file (shard_file.py)
+from a producer's batches (producers.py), then recorded in the rank's ledger (ledger.py),
+so a shard counts as done only once both are on disk.
+
+    python bench/bench_extract.py     # this writer at a 27B target's width
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from ..progress import bar
+from . import ledger
+from .plan import Plan, Shard
+from .shard_file import ShardFileWriter
+
+
+def write_shards(produce, rows, the_plan: Plan, mine: list[Shard], location: Path, layer_ids: list[int],
+                 rank: int = 0, world_size: int = 1) -> dict:
+    """Write shards `mine` of the plan with `produce` (shard rows -> batches of states),
+    each followed by its ledger line; returns this rank's counts (tokens, padded, bytes,
+    seconds, shards)."""
+    record = the_plan.record
+    meta = {"target_layer_ids": str(layer_ids), "hidden_size": str(record.hidden),
+            "teacher": record.teacher, "top_k": str(record.top_k)}
+    total = sum(s.tokens for s in mine)
+    pb = bar(total, f"extract (rank {rank})" if world_size > 1 else "extract", unit="tok")
+    t0, written, tokens = time.perf_counter(), 0, 0
+    for shard in mine:
+        ledger.sweep(location, shard.name)
+        shard_rows = [rows[i] for i in shard.rows]
+        ids = torch.tensor([t for r in shard_rows for t in r["input_ids"]], dtype=torch.int32)
+        mask = torch.tensor([m for r in shard_rows for m in r["loss_mask"]], dtype=torch.uint8)
+        with ShardFileWriter(location / shard.name, record, ids, mask, meta) as w:
+            for states, k_ids, k_lp in produce(shard_rows):
+                w.states(states, k_ids, k_lp)
+                pb.update(int(states.shape[0]))
+                pb.set_postfix_str(f"{(written + w.size) / 1e9:.2f} GB written", refresh=False)
+        ledger.append(location, rank, {"shard": shard.index, "name": shard.name, "bytes": w.size,
+                                       "xxh3_128": w.digest, "tokens": shard.tokens, "rows": _index_rows(shard_rows)})
+        written += w.size
+        tokens += shard.tokens
+    pb.close()
+    return {"tokens": tokens, "padded": getattr(produce, "padded", tokens), "bytes": written,
+            "seconds": time.perf_counter() - t0, "shards": len(mine)}
+
+
+def _index_rows(shard_rows: list[dict]) -> list[dict]:
+    """Each row's place in its shard: its part of index.json, kept in the ledger line."""
+    offset, out = 0, []
+    for r in shard_rows:
+        n = len(r["input_ids"])
+        out.append({"id": r["id"], "split": r["split"], "offset": offset, "length": n,
+                    "supervised": int(sum(r["loss_mask"]))})
+        offset += n
+    return out

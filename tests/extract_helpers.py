@@ -1,0 +1,37 @@
+"""The extract stage's work on a model already loaded, in one process and without params:
+for tests and benchmarks that need real shards of a model they hold.
+
+    from extract_helpers import extract_in_process    # tests/ is on sys.path (conftest.py)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from draftline.hidden import ledger
+from draftline.hidden.capture import Capture
+from draftline.hidden.merge import merge
+from draftline.hidden.plan import Record, plan
+from draftline.hidden.producers import TransformersProducer
+from draftline.hidden.write import write_shards
+
+
+def extract_in_process(model, rows: list[dict], layer_ids: list[int], folder: Path, batch_tokens: int = 8192,
+                       pad_id: int = 0, shard_bytes: int = 2_000_000_000, teacher: str = "final",
+                       top_k: int = 32) -> dict:
+    """Shards, index.json and manifest.json of `rows` in `folder`, as the stage writes them;
+    returns the writer's counts."""
+    hidden = model.config.get_text_config().hidden_size
+    record = Record(hidden, len(layer_ids), teacher, top_k if teacher == "top_k" else 0)
+    the_plan = plan([len(r["input_ids"]) for r in rows], record, shard_bytes)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    capture = Capture(model, layer_ids, record)
+    try:
+        stats = write_shards(TransformersProducer(capture, batch_tokens, pad_id), rows, the_plan,
+                             list(the_plan.shards), folder, layer_ids)
+    finally:
+        capture.close()
+    names = {s.index: s.name for s in the_plan.shards}
+    merge(folder, None, layer_ids, record, the_plan, ledger.done(folder, names))
+    return stats
