@@ -18,3 +18,14 @@ def run_command(cmd, cwd, check=True) -> subprocess.CompletedProcess:
     if check and p.returncode != 0:
         raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p
+
+
+def copy_code(root: Path, repo: Path) -> str:
+    """The code under test into a temporary repository: the library (src/) and the stage
+    modules (stages/), which dvc.yaml lists as deps. Returns the PYTHONPATH under which the
+    stages import that copy rather than the installed checkout."""
+    import shutil
+
+    for d in ("src", "stages"):
+        shutil.copytree(root / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return f"{repo / 'src'}:{repo}"

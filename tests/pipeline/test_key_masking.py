@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import ROOT
 from openai_server import EchoServer
-from pipeline_helpers import run_command
+from pipeline_helpers import copy_code, run_command
 
 from draftline.io import write_parquet
 
@@ -26,7 +26,7 @@ def _repo(repo, url: str, target_dir):
     write_parquet(repo / "data/mix/train.parquet", [
         {"id": f"q{i}", "source": "s", "category": "chat", "split": "train",
          "messages": [{"role": "user", "content": f"Please {w}"}]} for i, w in enumerate(WORDS)])
-    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    copy_code(ROOT, repo)
     shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     # A launched "server" that prints its ${VAR} argument: the log must mask it too.
@@ -48,7 +48,7 @@ def test_an_echoed_key_is_masked_everywhere(tmp_path, monkeypatch, target_dir):
     monkeypatch.setenv("REGEN_KEY", key)
     with EchoServer() as srv:
         _repo(tmp_path, srv.url, target_dir)
-        monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'src'}")  # stages import the copy under test
+        monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'src'}:{tmp_path}")  # stages import the copy under test
         run = run_command("dvc repro -s regenerate", tmp_path)
         errors = {e["id"]: e for e in pq.read_table(tmp_path / "data/regen/errors.parquet").to_pylist()}
         # not vacuous: each echoing body reached a stored reason, with the key masked in it

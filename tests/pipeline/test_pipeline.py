@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from pipeline_helpers import run_command
+from pipeline_helpers import copy_code, run_command
 
 from draftline.presets import merged
 
@@ -31,8 +31,8 @@ def _set(repo, section, key, value):
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("pipeline")
-    for d in ["src", "stages", "data/seed"]:
-        shutil.copytree(ROOT / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    pythonpath = copy_code(ROOT, repo)
+    shutil.copytree(ROOT / "data/seed", repo / "data/seed")
     shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
     shutil.copy(ROOT / "data" / ".gitignore", repo / "data" / ".gitignore")  # keeps data/train_state out of git
     # The users' smoke preset over the default params, merged as `make preset PRESET=smoke` does.
@@ -40,7 +40,7 @@ def repo(tmp_path_factory):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run_command("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
     # Stages import draftline from the copy under test, not the installed checkout.
-    os.environ["PYTHONPATH"] = f"{repo / 'src'}:{repo}"
+    os.environ["PYTHONPATH"] = pythonpath
     first = run_command("dvc repro", repo)
     yield repo, first
     os.environ.pop("PYTHONPATH", None)
@@ -217,19 +217,21 @@ def _edit(path: Path, old: str, new: str) -> str:
 
 def test_a_misspelt_key_no_stage_reads_stops_dvc_repro(repo):
     """The check stage tracks the whole params file: a key that no stage lists still
-    makes `dvc status` stale and `dvc repro` fail, with the key named."""
+    makes `dvc status` stale and `dvc repro` fail, with the key named. (A misspelt key in
+    a section a stage declares whole makes that stage stale too: train reads all of
+    `drafter`.)"""
     repo, _ = repo
     run_command("dvc repro", repo)
     original = (repo / "params.yaml").read_text()
     try:
         _set(repo, "drafter", "block_sise", 8)
         _set(repo, "trian", "lr", 0.1)
-        assert _stale(repo) == {"check"}
+        assert _stale(repo) == {"check", "train"}
         p = run_command("dvc repro", repo, check=False)
         assert p.returncode != 0
         err = p.stdout + p.stderr
         assert "unknown key 'drafter.block_sise'" in err and "unknown key 'trian'" in err
-        assert _ran(p.stdout) == {"check"}
+        assert _ran(p.stdout) == {"check"}  # check has no deps: dvc runs it first, and stops there
     finally:
         (repo / "params.yaml").write_text(original)
     run_command("dvc repro", repo)

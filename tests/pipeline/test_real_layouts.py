@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import ROOT
-from pipeline_helpers import run_command
+from pipeline_helpers import copy_code, run_command
 from tiny_layouts import QWEN36_EOS, QWEN36_VOCAB, kimi26_target, qwen36_target
 
 from draftline.presets import merged
@@ -33,8 +33,8 @@ LAYOUTS = {
 def test_a_real_layout_runs_every_stage(tmp_path, monkeypatch, layout):
     build, drafter = LAYOUTS[layout]
     repo = tmp_path
-    for d in ["src", "data/seed"]:
-        shutil.copytree(ROOT / d, repo / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    pythonpath = copy_code(ROOT, repo)
+    shutil.copytree(ROOT / "data/seed", repo / "data/seed")
     shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
     shutil.copy(ROOT / "data" / ".gitignore", repo / "data" / ".gitignore")
     build(repo / "targets" / layout)
@@ -45,7 +45,7 @@ def test_a_real_layout_runs_every_stage(tmp_path, monkeypatch, layout):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (repo / ".gitignore").write_text("/targets\n")
     run_command("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
-    monkeypatch.setenv("PYTHONPATH", f"{repo / 'src'}")
+    monkeypatch.setenv("PYTHONPATH", pythonpath)
     out = run_command("dvc repro", repo).stdout
 
     info = json.loads((repo / "data/target/info.json").read_text())

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from chat_tokenizers import qwen36, save_to, supervised_segments
 from conftest import ROOT
-from pipeline_helpers import run_command
+from pipeline_helpers import copy_code, run_command
 from thinking_server import ThinkingServer, answer_of, reasoning_of
 
 from draftline.io import write_parquet
@@ -34,7 +34,7 @@ def _repo(repo, url: str, token_ids: bool):
     write_parquet(repo / "data/mix/train.parquet", [
         {"id": f"q{i}", "source": "s", "category": "chat", "split": "train", "messages": m}
         for i, m in enumerate(PROMPTS)])
-    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    copy_code(ROOT, repo)
     shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
     params = merged(ROOT / "presets/smoke.yaml", ROOT / "params.yaml")
     params["chat"] = {"thinking": "on", "thinking_kwarg": "enable_thinking", "chat_template_kwargs": {}}
@@ -49,7 +49,7 @@ def _repo(repo, url: str, token_ids: bool):
 def test_a_thinking_target_trains_on_its_reasoning(tmp_path, monkeypatch, token_ids):
     with ThinkingServer(qwen36()) as srv:
         tok = _repo(tmp_path, srv.url, token_ids)
-        monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'src'}")  # stages import the copy under test
+        monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'src'}:{tmp_path}")  # stages import the copy under test
         run_command("dvc repro -s regenerate", tmp_path)
         run_command("dvc repro -s tokenize", tmp_path)
     # the requests asked for thinking, and for ids only when told to
