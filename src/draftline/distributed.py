@@ -34,6 +34,11 @@ class World:
         return self.rank == 0
 
 
+def under_torchrun() -> bool:
+    """A torchrun process (a user's own torchrun line, or one the stage started)."""
+    return "WORLD_SIZE" in os.environ
+
+
 def local_rank() -> int:
     """This process's index on its node (0 outside torchrun): which GPU it computes on."""
     return int(os.environ.get("LOCAL_RANK", "0"))

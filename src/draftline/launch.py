@@ -25,6 +25,8 @@ import subprocess
 import sys
 from typing import Protocol
 
+from .distributed import under_torchrun
+
 
 class Launched(Protocol):
     """A params section that sets the run's shape (config/extract.py, config/train.py)."""
@@ -36,7 +38,7 @@ class Launched(Protocol):
 
 
 def launches(section: Launched) -> bool:
-    return section.processes_per_node * section.nodes > 1 and "WORLD_SIZE" not in os.environ
+    return section.processes_per_node * section.nodes > 1 and not under_torchrun()
 
 
 def torchrun_argv(section: Launched, argv: list[str], node_rank: int) -> list[str]:

@@ -58,10 +58,6 @@ class Declared:
                 raise ParamsError(format_error(err, str(path), model.key)) from None
         return ParamsView(values, self.keys, self.stage)
 
-    def view(self, params: Any) -> "ParamsView":
-        """The same view over an already validated whole (a test's `parse_params(...)`)."""
-        return ParamsView({m.key: getattr(params, m.key) for m in self.sections}, self.keys, self.stage)
-
 
 class ParamsView:
     """Attribute access to the declared keys; a section declared whole is handed out as
