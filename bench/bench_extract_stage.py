@@ -37,7 +37,6 @@ def _baseline(model, rows, layer_ids, batch_list, lengths, pad, folder: Path) ->
     from safetensors.torch import save_file
 
     from draftline.hidden.capture import right_padded
-    from draftline.hidden.features import context_features
     from draftline.io import write_json
 
     base = model.get_decoder()
@@ -47,7 +46,8 @@ def _baseline(model, rows, layer_ids, batch_list, lengths, pad, folder: Path) ->
         for b in batch_list:
             ids, attn = right_padded([rows[i]["input_ids"] for i in b], pad)
             out = base(input_ids=ids, attention_mask=attn, output_hidden_states=True, use_cache=False)
-            ctx = context_features(out.hidden_states, layer_ids).to("cpu", torch.bfloat16)
+            # the all-layers baseline: layer l's output is hidden_states[l + 1]
+            ctx = torch.cat([out.hidden_states[i + 1] for i in layer_ids], -1).to("cpu", torch.bfloat16)
             final = out.last_hidden_state.to("cpu", torch.bfloat16)
             for j, i in enumerate(b):
                 n = lengths[i]

@@ -10,7 +10,8 @@ benchmark's one-sequence decoding in the target's dtype (params: target.dtype). 
 prints, and writes to `<out>/gpu_check.md` and `.json`, the tokens/s of each stage and the
 benchmark's tau and speedups per benchmark.
 
-    python bench/gpu_check.py [--out DIR] [--stages target,download,...] [--params FILE]
+    python bench/gpu_check.py [--out DIR] [--stages target,download,...] [--params FILE] [--vllm]
+    python bench/gpu_check.py --stages '' --vllm     # the vLLM backend's cases alone
 
 --params reaches every stage as DRAFTLINE_PARAMS (`draftline --params`); progress bars are
 off (DRAFTLINE_NO_PROGRESS=1). The table's figures come from the metrics files dvc.yaml
@@ -19,6 +20,12 @@ declares (`paths.<stage>_metrics`).
 Each stage's output goes to `<out>/<stage>.log`. A stage that fails stops the run (its log
 tail is printed), except a benchmark whose greedy outputs differ from the target's: its
 metrics are written before it fails, and the table reports the mismatch count.
+
+--vllm adds the cases of `extract.backend: vllm` (tests/vllm_parity.py; needs the `gpu`
+extra and the repository's tests/): both tiny real-target layouts are extracted with vLLM
+and with transformers and every stored row compared. The Qwen3.6 layout's states must agree
+within bf16 tolerance and none may be all-zero; the Kimi layout (MLA) must be refused in one
+line. Each case's folder and logs are under `<out>/vllm/<layout>/`.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -90,7 +98,38 @@ def _fmt(x, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def summary(device: str, seconds: dict[str, float]) -> tuple[str, dict]:
+def vllm_cases(out: Path) -> dict[str, dict]:
+    """layout -> the vLLM backend's comparison with the transformers path (or its error)."""
+    sys.path.insert(0, str(ROOT / "tests"))  # the tiny layouts and the comparison live with the tests
+    from vllm_parity import LAYOUTS, ParityError, check
+
+    results = {}
+    for layout in sorted(LAYOUTS):
+        folder = out / "vllm" / layout
+        if folder.exists():
+            shutil.rmtree(folder)
+        t0 = time.perf_counter()
+        try:
+            results[layout] = {"ok": True, **check(layout, folder)}
+        except ParityError as e:
+            results[layout] = {"ok": False, "error": str(e)}
+        results[layout]["seconds"] = round(time.perf_counter() - t0, 1)
+        print(f"gpu_check: vllm {layout}: {'ok' if results[layout]['ok'] else 'FAILED'}, "
+              f"{results[layout]['seconds']} s", flush=True)
+    return results
+
+
+def _vllm_line(layout: str, r: dict) -> str:
+    if not r["ok"]:
+        return f"| {layout} | FAILED | {r['error'][:300]} |"
+    if "refused" in r:
+        return f"| {layout} | refused, as it must be | {r['refused']} |"
+    errs = ", ".join(f"{k} {v:.4f}" for k, v in r["max_rel_err"].items())
+    return f"| {layout} | ok | {r['rows']} rows, {r['tokens']} tokens; largest relative error {errs}; " \
+           f"{r['zero_states']} all-zero states |"
+
+
+def summary(device: str, seconds: dict[str, float], vllm: dict[str, dict] | None = None) -> tuple[str, dict]:
     regen, ext, tr, bench = (_read(n) for n in ("regenerate", "extract", "train", "benchmark"))
     lines = [f"GPU check on {device}", "", "| stage | seconds | throughput |", "| --- | --- | --- |"]
     rate = {"regenerate": f"{_fmt(regen.get('tokens_per_second'), '.0f')} generated tokens/s "
@@ -113,8 +152,12 @@ def summary(device: str, seconds: dict[str, float]) -> tuple[str, dict]:
     if tr:
         lines += ["", f"train: loss {tr.get('loss')}, val tau estimate {_fmt(tr.get('val_tau_estimate'))}, "
                       f"padding {_fmt(tr.get('padding_fraction'), '.2%')}"]
+    if vllm:
+        lines += ["", "extract.backend: vllm against transformers (tests/vllm_parity.py):", "",
+                  "| layout | result | detail |", "| --- | --- | --- |"]
+        lines += [_vllm_line(layout, r) for layout, r in vllm.items()]
     data = {"device": device, "stage_seconds": seconds, "regenerate": regen, "extract": ext, "train": tr,
-            "benchmark": bench}
+            "benchmark": bench, "vllm": vllm}
     return "\n".join(lines), data
 
 
@@ -123,8 +166,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=DATA / "gpu_check")
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--params", type=Path, default=None, help="params file (default params.yaml)")
+    ap.add_argument("--vllm", action="store_true", help="also compare extract.backend: vllm with transformers "
+                    "on the tiny real-target layouts (the gpu extra)")
     args = ap.parse_args()
-    stages = args.stages.split(",")
+    stages = [s for s in args.stages.split(",") if s]  # --stages '': none (with --vllm: its cases alone)
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise SystemExit(f"gpu_check: --stages: unknown stage(s) {unknown}; known: {STAGES}")
@@ -148,12 +193,15 @@ def main() -> None:
             print("\n".join(tail), flush=True)
             if name != "benchmark":  # a benchmark with mismatches has written its metrics
                 break
-    text, data = summary(device, seconds)
+    vllm = vllm_cases(args.out) if args.vllm else None
+    text, data = summary(device, seconds, vllm)
     (args.out / "gpu_check.md").write_text(text + "\n")
     (args.out / "gpu_check.json").write_text(json.dumps(data, indent=2) + "\n")
     print(text)
     if failed:
         raise SystemExit(f"gpu_check: stage {failed} failed (log: {args.out / (failed + '.log')})")
+    if vllm and not all(r["ok"] for r in vllm.values()):
+        raise SystemExit(f"gpu_check: extract.backend: vllm differs from transformers (logs: {args.out / 'vllm'})")
 
 
 if __name__ == "__main__":

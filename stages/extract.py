@@ -11,6 +11,7 @@ import click
 
 from draftline.command import path_option, run_stage
 from draftline.config.extract import ExtractParams
+from draftline.config.target import TargetParams
 from draftline.config.train import TrainParams
 from draftline.config.view import Declared
 from draftline.devices import compute_device
@@ -18,7 +19,9 @@ from draftline.distributed import local_rank
 from draftline.hidden.extract import run
 from draftline.launch import launches, relaunch
 
-PARAMS = Declared("extract", ("extract", "train.features"), (ExtractParams, TrainParams))
+# target.trust_remote_code: vLLM loads the target itself (extract.backend: vllm).
+PARAMS = Declared("extract", ("extract", "train.features", "target.trust_remote_code"),
+                  (ExtractParams, TrainParams, TargetParams))
 
 
 @click.command("extract")

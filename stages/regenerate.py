@@ -29,12 +29,14 @@ PARAMS = Declared("regenerate", ("target.dtype", "chat", "regenerate"), (TargetP
                                f"context, dropped or cut) and {DROPPED} (with drop_truncated).")
 @path_option("--work", "regen_work", "Resume shards of finished rows (kept outside --out, removed when done).")
 @path_option("--logs", "regen_logs", "Launched servers' output, secrets masked (not an artifact).")
-@path_option("--metrics", "regenerate_metrics", "Writes: rows, tokens, truncation, errors by kind, throughput.")
+@path_option("--metrics", "regenerate_metrics", "Writes: rows, tokens, truncation, errors by kind, throughput, "
+                                               "and the backend's agreement with the in-process target.")
 @click.pass_obj
 def command(settings, model, prompts, out, work, logs, metrics):
     """The target answers every training prompt, turn by turn.
 
     Params: `regenerate`, `chat`, `target.dtype`. In process (transformers) or on OpenAI-compatible
-    servers; resumes exactly after a kill."""
+    servers; resumes exactly after a kill; fails when the in-process target disagrees with the
+    backend on a sample of the answers (regenerate.min_top1_agreement)."""
     run_stage(settings, PARAMS.load, lambda params: run(params, model, prompts, out, work, logs, metrics,
                                            compute_device(settings.device), settings.target_device_map))

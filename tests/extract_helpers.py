@@ -35,3 +35,12 @@ def extract_in_process(model, rows: list[dict], layer_ids: list[int], folder: Pa
     names = {s.index: s.name for s in the_plan.shards}
     merge(folder, None, layer_ids, record, the_plan, ledger.done(folder, names))
     return stats
+
+
+def context_features(hidden_states, layer_ids: list[int]):
+    """The reference the hooks are held to: a transformers output's `hidden_states` (index 0
+    is the embedding output, layer l's output is index l + 1) at `layer_ids`, concatenated
+    -> [..., T, len(layer_ids) * hidden]."""
+    import torch
+
+    return torch.cat([hidden_states[layer + 1] for layer in layer_ids], dim=-1)

@@ -7,8 +7,10 @@ the way a reasoning target does through vLLM: "field" puts reasoning in
 "cut" answers a trace cut by max_tokens inside <think> (finish_reason length), "open_cut"
 the same without the opening tag (a generation prompt that opened it). Asked with
 `return_token_ids` (vLLM's field) and no `think`, it returns the generated ids on the
-choice as `token_ids`, as vLLM does. `EchoServer` has no model: it echoes the request's
-key back, to test what gets stored.
+choice as `token_ids`, as vLLM does. Asked for `logprobs` (and `logprobs=True`, the
+default), it returns each generated token's log-prob and its top-1 token as vLLM does:
+tokens named `token_id:N` when asked with `return_tokens_as_token_ids`, else by their text.
+`EchoServer` has no model: it echoes the request's key back, to test what gets stored.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ class Loopback:
 
 
 class ChatServer(Loopback):
-    def __init__(self, model, tokenizer, fail_first: int = 0, served_name: str = "smollm2", think: str | None = None):
+    def __init__(self, model, tokenizer, fail_first: int = 0, served_name: str = "smollm2", think: str | None = None,
+                 logprobs: bool = True):
         self.model, self.tok = model, tokenizer
+        self.logprobs = logprobs
         self.fail_left = fail_first
         self.requests = 0
         self.auth_headers: list[str | None] = []
@@ -79,7 +83,8 @@ class ChatServer(Loopback):
                         params = RegenerateParams(max_new_tokens=body["max_tokens"],
                                                   temperature=body.get("temperature", 0.0))
                         backend = HFBackend(server.model, server.tok, params, [server.tok.eos_token_id])
-                        a = backend.generate([body["messages"]], body.get("seed", 0))[0]
+                        scored = bool(body.get("logprobs")) and server.logprobs
+                        a = backend.generate([body["messages"]], body.get("seed", 0), scored=[scored])[0]
                 if fail:
                     self.send_response(500)
                     self.end_headers()
@@ -97,10 +102,21 @@ class ChatServer(Loopback):
                 choice = {"index": 0, "finish_reason": finish, "message": msg}
                 if body.get("return_token_ids") and server.think is None:
                     choice["token_ids"] = a.token_ids
+                if a.logprobs is not None and server.think is None:
+                    choice["logprobs"] = {"content": server.logprob_entries(a, body)}
                 self._send({"model": server.served_name, "choices": [choice],
                             "usage": {"prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens}})
 
         self._serve(Handler)
+
+    def logprob_entries(self, a, body: dict) -> list[dict]:
+        def name(token: str) -> str:  # HFBackend names tokens by id (logprobs.token_name)
+            i = int(token.split(":")[1])
+            return token if body.get("return_tokens_as_token_ids") else self.tok.decode([i])
+
+        emitted = [f"token_id:{i}" for i in a.token_ids]
+        return [{"token": name(t), "logprob": lp, "top_logprobs": [{"token": name(top), "logprob": lp}]}
+                for t, lp, top in zip(emitted, a.logprobs, a.top1)]
 
 
 class EchoServer(Loopback):

@@ -50,15 +50,25 @@ def tables(benchmark: dict, train: dict, regenerate: dict, extract: dict, tokeni
             "| stage | figures |", "| --- | --- |",
             f"| regenerate | {regenerate.get('rows')} conversations, {regenerate.get('completion_tokens')} answer "
             f"tokens at {_f(regenerate.get('tokens_per_second'), '.0f')} tokens/s "
-            f"({regenerate.get('compute_dtype')}) |",
+            f"({regenerate.get('compute_dtype')}){_agreement(regenerate.get('agreement'))} |",
             f"| tokenize | {tokenize.get('rows')} sequences, {tokenize.get('tokens')} tokens, "
             f"{tokenize.get('supervised_tokens')} supervised |",
             f"| extract | {extract.get('tokens')} tokens at {_f(extract.get('tokens_per_second'), '.0f')} tokens/s "
-            f"in {extract.get('shards')} shard(s) |",
+            f"in {extract.get('shards')} shard(s), {extract.get('zero_rows')} all-zero and "
+            f"{extract.get('nonfinite_rows')} non-finite state rows |",
             f"| train | {train.get('steps')} steps in {_f(train.get('seconds'), '.0f')} s "
             f"({_f(train.get('steps_per_second'), '.2f')} steps/s, {train.get('precision')}), {train.get('loss')} loss "
             f"{_f(train.get('train_loss'), '.3f')}, held-out tau estimate {_f(train.get('val_tau_estimate'), '.3f')} |"]
     return out
+
+
+def _agreement(a: dict | None) -> str:
+    """The check of the answers' target against the in-process one (regenerate.check_rows)."""
+    if not a or a.get("top1") is None:
+        return ""
+    return (f"; on {a.get('tokens')} tokens of {a.get('rows')} checked answers the in-process target agrees on "
+            f"{_f(a['top1'], '.4f')} of top-1 tokens, mean \\|Δ log-prob\\| {_f(a.get('mean_abs_dlogprob'), '.4f')}, "
+            f"p99 {_f(a.get('p99_abs_dlogprob'), '.4f')}")
 
 
 def render_block(metrics: dict[str, Path]) -> str:

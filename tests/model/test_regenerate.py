@@ -105,11 +105,11 @@ class Counting:
     def __init__(self, inner, fail_after=None):
         self.inner, self.calls, self.fail_after = inner, 0, fail_after
 
-    def generate(self, convs, seed):
+    def generate(self, convs, seed, **kw):
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise KeyboardInterrupt("killed")
         self.calls += len(convs)
-        return self.inner.generate(convs, seed)
+        return self.inner.generate(convs, seed, **kw)
 
 
 def test_resume_skips_done_rows_and_ignores_other_settings(tmp_path, target_model, tokenizer):
@@ -154,9 +154,9 @@ class Batches:
     def __init__(self, inner):
         self.inner, self.sizes = inner, []
 
-    def generate(self, convs, seed):
+    def generate(self, convs, seed, **kw):
         self.sizes.append(len(convs))
-        return self.inner.generate(convs, seed)
+        return self.inner.generate(convs, seed, **kw)
 
 
 def test_hf_batches_group_conversations_by_turn_count(tmp_path, target_model, tokenizer):

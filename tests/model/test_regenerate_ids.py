@@ -120,7 +120,8 @@ def test_stage_counts_and_drops_truncated_traces(tmp_path, target_dir, target_mo
     data = yaml.safe_load((ROOT / "params.yaml").read_text())
     with ChatServer(target_model, tokenizer, think="cut") as srv:
         def stage(drop: bool) -> dict:
-            data["regenerate"].update(backend="openai", max_new_tokens=4, drop_truncated=drop)
+            # check_rows 0: a server that reasons answers no log-probs (test_regenerate_agreement.py)
+            data["regenerate"].update(backend="openai", max_new_tokens=4, drop_truncated=drop, check_rows=0)
             data["regenerate"]["openai"] = {"urls": [srv.url], "backoff_s": 0.01}
             data["chat"] = {"thinking": "on"}
             run(parse_params(data), target_dir, tmp_path / "train.parquet", tmp_path / "regen", tmp_path / "work",

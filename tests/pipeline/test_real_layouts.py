@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import ROOT
 from pipeline_helpers import copy_code, run_command
+from quantized_layouts import kimi_int4
 from tiny_layouts import QWEN36_EOS, QWEN36_VOCAB, kimi26_target, qwen36_target
 
 from draftline.presets import merged
@@ -24,7 +25,8 @@ LAYOUTS = {
     # a spare embedding row past the tokenizer's last id (248,077 tokens in 248,320 rows)
     "qwen3.6": (qwen36_target, {"mask_token": QWEN36_VOCAB - 1, "num_layers": 2,
                                 "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8}),
-    "kimi-k2.6": (kimi26_target, {"mask_token": "[UNK]", "num_layers": 2, "intermediate_size": 32,
+    # as Moonshot ships it: the routed experts INT4 (compressed-tensors pack-quantized)
+    "kimi-k2.6": (lambda folder: kimi_int4(kimi26_target(folder)), {"mask_token": "[UNK]", "num_layers": 2, "intermediate_size": 32,
                                   "target_layer_ids": [0, 1]}),
 }
 
@@ -63,5 +65,6 @@ def test_a_real_layout_runs_every_stage(tmp_path, monkeypatch, layout):
         assert "partial_rotary_factor" not in config["rope_parameters"]
     else:
         assert info["attention"] == "mla" and info["mlp_types"] == ["dense", "moe", "moe", "moe"]
+        assert info["quantization"]["format"] == "pack-quantized"
         assert config["head_dim"] == 16 and config["intermediate_size"] == 32  # v_head_dim, not qk_rope_head_dim
     assert not os.path.exists(repo / "data/target/model/model.safetensors.tmp")

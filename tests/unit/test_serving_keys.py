@@ -12,7 +12,7 @@ import torch
 from draftline.config.drafter import DrafterParams
 from draftline.drafter.model import build_drafter, drafter_config, save_drafter
 from draftline.drafter.serving import SGLANG_KEYS, VLLM_KEYS, ZLAB_KEYS, missing
-from draftline.hidden.features import context_features
+from extract_helpers import context_features
 
 
 def _llama():

@@ -91,6 +91,19 @@ class RegenerateParams(Section):
     # (openai: or `flush_s` seconds of them).
     shard_rows: PositiveInt = 64
     flush_s: PositiveFloat = 60.0
+    # Stored answers on which the backend that wrote them is compared with the in-process
+    # target (the one extract runs), token by token: the backend records each generated
+    # token's log-prob and its own top-1 token, the target scores the same ids. A server
+    # in another dtype or quantisation, with another chat template, or a stale target
+    # folder shows up as disagreement. The rows are the ones with the smallest keys (so
+    # set by the prompts, the settings and `seed`); 0 turns the check off.
+    check_rows: NonNegInt = 32
+    # The stage fails when the two agree on fewer of the checked tokens' top-1 than this.
+    min_top1_agreement: Annotated[float, Field(ge=0, le=1)] = 0.9
+    # true: the stage also fails when the check cannot run (a server that returns no
+    # log-probs, a target folder the target cannot be loaded from); false: the metrics
+    # and a printed line say why, and the stage goes on.
+    check_required: bool = True
     openai: OpenAIParams = OpenAIParams()
 
     @model_validator(mode="after")

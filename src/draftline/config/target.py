@@ -22,3 +22,7 @@ class TargetParams(Section):
     # decoding and verification), and of the batched stages when they say `auto` and the
     # hardware has no bf16 units.
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # Let an engine run the Python code a checkpoint ships beside its weights (Kimi K2.x's
+    # config and tokenizer): off by default, since that code runs with this user's rights.
+    # Read where vLLM loads the target (extract.backend: vllm).
+    trust_remote_code: bool = False

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafter.dflash2 import walk
-from ..hidden.features import context_features
+from ..hidden.capture import LayerOutputs
 from .recurrent import Snapshot, has_recurrent
 from .skinny import SkinnyHead
 from .verify import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
@@ -89,8 +89,15 @@ def greedy(target, input_ids, max_new_tokens, stop_ids) -> Decoded:
 def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, stop_ids: list[int],
                 block_size: int | None = None, temperature: float = 0.0,
                 gen: torch.Generator | None = None) -> Decoded:
+    with LayerOutputs(target, drafter.target_layer_ids) as states:  # the drafter's layers only
+        return _speculative(drafter, target, states, input_ids, max_new_tokens, stop_ids, block_size,
+                            temperature, gen)
+
+
+def _speculative(drafter, target, states: LayerOutputs, input_ids: torch.Tensor, max_new_tokens: int,
+                 stop_ids: list[int], block_size: int | None, temperature: float,
+                 gen: torch.Generator | None) -> Decoded:
     B = block_size or drafter.block_size
-    layer_ids = drafter.target_layer_ids
     mask_id = int(drafter.mask_token_id)
     selector = getattr(drafter, "candidate_selector", None)
     embed_w = target.get_input_embeddings().weight
@@ -101,10 +108,10 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
     dev = input_ids.device
     cache = new_cache(target.config)
     d_cache = new_cache(drafter.config)  # the drafter's K/V of context features seen so far
-    logits, out = target_step(target, input_ids, cache=cache, output_hidden_states=True)
+    logits, _ = target_step(target, input_ids, cache=cache)
     recurrent = has_recurrent(cache)
     seq = input_ids[0].tolist() + [int(choose(logits[-1], temperature, gen))]
-    ctx = context_features(out.hidden_states, layer_ids)  # features not yet in the drafter's cache
+    ctx = states.features()  # features not yet in the drafter's cache
     t0 = time.perf_counter()
     start = n_in  # position of the last accepted token, the block's anchor
     accepted_lengths: list[int] = []
@@ -129,21 +136,22 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
                 q = probs_at(logits, temperature).cpu()
                 block[1:] = _draw(q, gen).tolist()
         verify_pos = torch.arange(start, start + size, device=dev)[None]
-        verify = dict(position_ids=verify_pos, cache=cache, output_hidden_states=size > 1)
+        verify = dict(position_ids=verify_pos, cache=cache)
         snapshot = Snapshot(cache) if recurrent else None
         if temperature == 0:
-            choice, out = verify_greedy(target, torch.tensor([block], device=dev), **verify)
+            choice, _ = verify_greedy(target, torch.tensor([block], device=dev), **verify)
             acc = 0
             while acc < size - 1 and block[acc + 1] == choice[acc]:
                 acc += 1
             nxt = choice[acc]
         else:
-            logits, out = target_step(target, torch.tensor([block], device=dev), last_only=False, **verify)
+            logits, _ = target_step(target, torch.tensor([block], device=dev), last_only=False, **verify)
             p = probs_at(logits, temperature).cpu()
             if size > 1:
                 acc, nxt = rejection_sample(torch.tensor(block[1:]), p, q, gen)
             else:
                 acc, nxt = 0, int(_draw(p[-1], gen))
+        block_ctx = states.features()  # the verify pass's, taken before a replay runs the layers again
         new = block[1 : acc + 1] + [nxt]
         produced = min(acc + 1, max_len - start - 1)
         cut = stop_cut(new[:produced], stop)
@@ -156,6 +164,6 @@ def speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, s
         keep_cache(cache, start)
         accepted_lengths.append(produced)
         if size > 1:
-            ctx = context_features(out.hidden_states, layer_ids)[:, :produced]
+            ctx = block_ctx[:, :produced]
     tokens = seq[n_in : min(start + 1, max_len)]
     return Decoded(tokens, accepted_lengths, time.perf_counter() - t0)

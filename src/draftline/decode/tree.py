@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from ..hidden.features import context_features
+from ..hidden.capture import LayerOutputs
 from .recurrent import Snapshot, expand, has_recurrent, select
 from .skinny import SkinnyHead, head_logits
 from .verify import Decoded, keep_cache, new_cache, replay, stop_cut, target_step, verify_greedy
@@ -139,12 +139,12 @@ class _Row(Snapshot):
     index = 0
 
 
-def _verify_paths(target, cache, tree: Tree, root: int, start: int, want_hidden: bool):
+def _verify_paths(target, cache, tree: Tree, root: int, start: int):
     """A tree through a hybrid target: linear-attention layers read their input in order and
     cannot follow a tree mask, so each root-to-leaf path is a row of one batched pass over
     copies of the cache (shorter rows padded at the end, which no earlier position sees).
-    Returns the accepted path, the bonus token, the snapshot (with the accepted row) to
-    rebuild the one-row cache from, and the pass's outputs."""
+    Returns the accepted path, the bonus token and the snapshot (with the accepted row) to
+    rebuild the one-row cache from."""
     paths = leaf_paths(tree)
     width = 1 + max(len(p) for p in paths)
     ids = [[root, *(tree.tokens[n] for n in p)] + [root] * (width - 1 - len(p)) for p in paths]
@@ -156,8 +156,7 @@ def _verify_paths(target, cache, tree: Tree, root: int, start: int, want_hidden:
     expand(cache, len(paths))
     dev = target.device
     out = target.base_model(torch.tensor(ids, device=dev), cache=cache, use_cache=True,
-                            position_ids=torch.arange(start, start + width, device=dev)[None].expand(len(paths), -1),
-                            output_hidden_states=want_hidden)
+                            position_ids=torch.arange(start, start + width, device=dev)[None].expand(len(paths), -1))
     weight = target.get_output_embeddings().weight
     children: dict[int, dict[int, int]] = {}
     for i, (t, p) in enumerate(zip(tree.tokens, tree.parents)):
@@ -173,7 +172,7 @@ def _verify_paths(target, cache, tree: Tree, root: int, start: int, want_hidden:
         cur = nxt
     snapshot.index = where[cur][0]
     select(cache, snapshot.index)
-    return path, choice, snapshot, out
+    return path, choice, snapshot
 
 
 @dataclass
@@ -185,17 +184,24 @@ class TreeDecoded(Decoded):
 @torch.inference_mode()
 def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: int, stop_ids: list[int],
                      budget: int, block_size: int | None = None, top_k: int | None = None) -> TreeDecoded:
+    with LayerOutputs(target, drafter.target_layer_ids) as states:  # the drafter's layers only
+        return _tree_speculative(drafter, target, states, input_ids, max_new_tokens, stop_ids, budget, block_size,
+                                 top_k)
+
+
+def _tree_speculative(drafter, target, states: LayerOutputs, input_ids: torch.Tensor, max_new_tokens: int,
+                      stop_ids: list[int], budget: int, block_size: int | None, top_k: int | None) -> TreeDecoded:
     B, n_in, dev = block_size or drafter.block_size, input_ids.shape[1], input_ids.device
-    layer_ids, mask_id = drafter.target_layer_ids, int(drafter.mask_token_id)
+    mask_id = int(drafter.mask_token_id)
     embed_w, head = target.get_input_embeddings().weight, SkinnyHead(target.get_output_embeddings())
     stop, max_len = set(stop_ids), n_in + max_new_tokens
     dtype = next(target.parameters()).dtype
     cache = new_cache(target.config)
     d_cache = new_cache(drafter.config)
-    logits, out = target_step(target, input_ids, cache=cache, output_hidden_states=True)
+    logits, _ = target_step(target, input_ids, cache=cache)
     recurrent = has_recurrent(cache)
     seq = input_ids[0].tolist() + [int(logits[-1].argmax())]
-    ctx = context_features(out.hidden_states, layer_ids)
+    ctx = states.features()
     t0 = time.perf_counter()
     start = n_in
     lengths: list[int] = []
@@ -216,15 +222,15 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
             tree = build_tree(logp, budget, top_k)
             argmax = logp.argmax(-1).tolist()
         if recurrent:
-            path, bonus, row, out = _verify_paths(target, cache, tree, seq[start], start, depth > 0)
+            path, bonus, row = _verify_paths(target, cache, tree, seq[start], start)
         else:
             ids = torch.tensor([[seq[start], *tree.tokens]], device=dev)
             positions = torch.tensor([[start, *(start + d for d in tree.depths)]], device=dev)
-            choice, out = verify_greedy(target, ids, position_ids=positions, cache=cache,
-                                        attention_mask=tree_mask(tree, start, dtype, dev),
-                                        output_hidden_states=depth > 0)
+            choice, _ = verify_greedy(target, ids, position_ids=positions, cache=cache,
+                                      attention_mask=tree_mask(tree, start, dtype, dev))
             path = walk(tree, choice)
             bonus = choice[path[-1] + 1 if path else 0]
+        block_ctx = states.features()  # the verify pass's, taken before a replay runs the layers again
         if any(tree.tokens[i] != argmax[tree.depths[i] - 1] for i in path):
             off_chain += 1  # a path the chain decoder would have missed
         new = [tree.tokens[i] for i in path] + [bonus]
@@ -237,16 +243,15 @@ def tree_speculative(drafter, target, input_ids: torch.Tensor, max_new_tokens: i
             # the accepted path's row of the batch; its first `produced` positions are the tokens kept
             rows = list(range(produced))
             replay(target, cache, row, seq[start : start + produced], start)
-            hidden_states = [h[row.index : row.index + 1] for h in out.hidden_states] if depth > 0 else None
+            block_ctx = block_ctx[row.index : row.index + 1]
         else:
             rows = [0, *(i + 1 for i in path)][:produced]  # verify-pass rows now part of the sequence
             keep_positions(cache, torch.cat([torch.arange(start, device=dev),
                                              start + torch.tensor(rows, device=dev)]))
-            hidden_states = out.hidden_states if depth > 0 else None
         start += produced
         lengths.append(produced)
         sizes.append(len(tree))
         if depth > 0:
-            ctx = context_features(hidden_states, layer_ids)[:, rows]
+            ctx = block_ctx[:, rows]
     tokens = seq[n_in : min(start + 1, max_len)]
     return TreeDecoded(tokens, lengths, time.perf_counter() - t0, sizes, off_chain)

@@ -11,7 +11,8 @@ The features are the extract stage's own: the same hooks (hidden/capture.py) on 
 layers, the final state after the final norm, rounded to bf16 as stored, so a batch gives
 the same loss online as offline within bf16 rounding. The target runs under inference mode,
 in `extract.dtype` (bf16 on GPUs and on CPUs with bf16 units) and, with
-`--target-device-map auto`, across the GPUs of the process.
+`--target-device-map auto`, across the GPUs of the process: under torchrun, each rank over its
+own share of the node's GPUs, as extract places it (devices.target_max_memory).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 
+from ..devices import target_max_memory
+from ..distributed import World
 from ..hidden.capture import right_padded
 from ..hidden.plan import Record
 from ..hidden.store import Sequence
@@ -82,16 +85,17 @@ class OnlineRows:
         pass
 
 
-def online_rows(params, model_dir: Path, info, tokens: Path, device, device_map: str | None):
-    """(train rows, val rows) over one loaded target: the training split's and the held-out
-    split's features come from the same frozen model."""
+def online_rows(params, model_dir: Path, info, tokens: Path, world: World, device_map: str | None):
+    """(train rows, val rows) over one loaded target, on this rank's device(s): the training
+    split's and the held-out split's features come from the same frozen model."""
     from ..hidden.capture import Capture
     from ..precision import batch_dtype
     from ..target.load import load_model, load_tokenizer
 
     teacher = "none" if params.train.loss == "ce" else "final"
     record = Record(info.hidden_size, len(info.target_layer_ids), teacher)
-    model = load_model(model_dir, batch_dtype(params.extract.dtype, info.dtype, device), device, device_map)
+    dtype = batch_dtype(params.extract.dtype, info.dtype, world.device)
+    model = load_model(model_dir, dtype, world.device, device_map, max_memory=target_max_memory(device_map, world))
     tok = load_tokenizer(model_dir)
     pad = tok.pad_token_id if tok.pad_token_id is not None else info.eos_token_ids[0]
     capture, lock, rows = Capture(model, info.target_layer_ids, record), threading.Lock(), TokenRows.read(tokens)

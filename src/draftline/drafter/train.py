@@ -62,7 +62,7 @@ class Inputs:
 def _rows(params, tp, world, info, inputs: Inputs):
     """(train rows, held-out rows, what the resume fingerprint records of the data)."""
     if tp.features == "online":
-        train_rows, val_rows = online_rows(params, inputs.model, info, inputs.tokens, world.device, inputs.device_map)
+        train_rows, val_rows = online_rows(params, inputs.model, info, inputs.tokens, world, inputs.device_map)
         return train_rows, val_rows, {"features": "online", "tokens": file_digest(inputs.tokens),
                                       "info": file_digest(inputs.info), "dtype": params.extract.dtype}
     hidden, index = inputs.hidden, read_index(inputs.hidden)

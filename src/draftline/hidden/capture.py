@@ -7,15 +7,23 @@ output; with no teacher stored the forward stops after the deepest captured laye
 the layers above it never run. The LM head never runs on the whole vocabulary at once:
 its logits are taken in row chunks.
 
+The benchmark's decoders read the drafter's context features through the same hooks
+(`LayerOutputs`), so the drafter is served exactly what it was trained on, and neither asks
+the target for every layer's states (`output_hidden_states`: 0.67 MB a token on a 27B
+target, where the drafter reads a few layers).
+
 Rows are right-padded (with a causal model, padding on the right never changes the real
 tokens' states).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from .plan import Record
+if TYPE_CHECKING:  # annotations only: the benchmark's decoders import this module without the plan
+    from .plan import Record
 
 HEAD_ROWS = 1024  # LM-head rows per chunk: 1024 x 248K fp32 logits is 1 GB
 
@@ -39,19 +47,26 @@ def decoder_layers(base) -> torch.nn.ModuleList:
     for name in ("layers", "h", "blocks"):
         if isinstance(getattr(base, name, None), torch.nn.ModuleList):
             return getattr(base, name)
-    raise ValueError(f"extract: {type(base).__name__} has no list of decoder layers")
+    raise ValueError(f"{type(base).__name__} has no list of decoder layers (layers, h or blocks) to hook")
 
 
-class Capture:
-    """capture(input_ids, attention_mask) -> (states [b, T, C] bf16, top-k ids, top-k logprobs)."""
+def text_decoder(model) -> torch.nn.Module:
+    """The decoder stack of a causal LM (a multimodal wrapper's text model)."""
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
 
-    def __init__(self, model, layer_ids: list[int], record: Record):
-        self.model, self.layer_ids, self.record = model, list(layer_ids), record
-        self.base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-        self.head = model.get_output_embeddings()
-        layers = decoder_layers(self.base)
+
+class LayerOutputs:
+    """Forward hooks on `model`'s decoder layers `layer_ids` keeping each one's output from
+    the last forward that ran them; `stop_at`: the layer after which the forward is cut short.
+
+    The hooks see every forward through those layers, whoever calls it: take the outputs
+    right after the pass they belong to. The last layer's is its own output, as extraction
+    stores it, where transformers' `hidden_states[-1]` is the final norm's."""
+
+    def __init__(self, model, layer_ids: list[int], stop_at: int | None = None):
+        self.layer_ids, self._stop_at = list(layer_ids), stop_at
+        layers = decoder_layers(text_decoder(model))
         self._got: dict[int, torch.Tensor] = {}
-        self._stop_at = max(self.layer_ids) if record.teacher == "none" else None
         self._hooks = [layers[i].register_forward_hook(self._hook(i)) for i in sorted(set(self.layer_ids))]
 
     def _hook(self, i: int):
@@ -61,13 +76,47 @@ class Capture:
                 raise _Stop
         return keep
 
+    def clear(self) -> None:
+        self._got.clear()
+
+    def take(self, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+        """The kept outputs in `layer_ids` order (cast one by one to `dtype`), then forgotten."""
+        parts = [self._got[i] if dtype is None else self._got[i].to(dtype) for i in self.layer_ids]
+        self._got.clear()
+        return parts
+
+    def features(self) -> torch.Tensor:
+        """[..., T, len(layer_ids) * hidden]: the drafter's context features, in the model's
+        dtype, side by side in `layer_ids` order."""
+        return torch.cat(self.take(), dim=-1)
+
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
+        self.clear()
+
+    def __enter__(self) -> LayerOutputs:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Capture:
+    """capture(input_ids, attention_mask) -> (states [b, T, C] bf16, top-k ids, top-k logprobs)."""
+
+    def __init__(self, model, layer_ids: list[int], record: Record):
+        self.model, self.layer_ids, self.record = model, list(layer_ids), record
+        self.base = text_decoder(model)
+        self.head = model.get_output_embeddings()
+        self._outputs = LayerOutputs(model, self.layer_ids, max(self.layer_ids) if record.teacher == "none" else None)
+
+    def close(self) -> None:
+        self._outputs.close()
 
     @torch.inference_mode()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        self._got.clear()
+        self._outputs.clear()  # nothing from an earlier forward
         dev = self.model.device
         final = None
         try:
@@ -75,11 +124,10 @@ class Capture:
             final = out.last_hidden_state  # after the final norm: lm_head(final) = the logits
         except _Stop:
             pass
-        parts = [self._got[i].to(torch.bfloat16) for i in self.layer_ids]
+        parts = self._outputs.take(torch.bfloat16)
         if self.record.teacher == "final":
             parts.append(final.to(torch.bfloat16))
         states = torch.cat(parts, dim=-1)
-        self._got.clear()
         if self.record.teacher != "top_k":
             return states, None, None
         ids, logp = self.top_k(final.reshape(-1, final.shape[-1]))

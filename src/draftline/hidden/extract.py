@@ -9,9 +9,10 @@ in byte-sized shards, planned before any work, resumable after any kill, data pa
    loading the target when they will not fit.
 2. Each rank writes its shards (write.py, from producers.py's batches) and appends each to
    its ledger (ledger.py); shards already in a ledger are skipped, so a rerun recomputes
-   at most one per rank.
+   at most one per rank. A shard with an all-zero or non-finite state stops the stage
+   before its ledger line (state_stats.py).
 3. Rank 0 merges the ledgers into index.json and manifest.json (merge.py), and writes the
-   metrics.
+   metrics, with each layer's RMS over every shard.
 
 The shards go into `--out` (versioned with it by DVC), or into `extract.shard_dir` when
 they are too large for the DVC cache: `--out` then holds only the index and the manifest.
@@ -37,6 +38,7 @@ from . import ledger
 from .merge import merge
 from .plan import Plan, PlanError, Record, check_space, human, plan
 from .producers import producer
+from .state_stats import overall
 from .store import INDEX, MANIFEST
 from .token_rows import TokenRows
 from .write import write_shards
@@ -84,16 +86,21 @@ def run(params, model_dir: Path, info_file: Path, tokens: Path, out: Path, metri
         if params.train.features == "online":
             _nothing_to_store(params.extract, world, out, metrics, info)
             return
-        if params.extract.backend == "vllm" and world.size > 1:
-            raise PlanError("extract.backend: vllm runs as one process (vLLM spreads the target over "
-                            "extract.vllm_tensor_parallel_size GPUs itself): run it without torchrun")
+        if params.extract.backend == "vllm":
+            if world.size > 1:
+                raise PlanError("extract.backend: vllm runs as one process (vLLM spreads the target over "
+                                "extract.vllm_tensor_parallel_size GPUs itself): run it without torchrun")
+            from .vllm_backend import check_target
+
+            check_target(info)  # before planning: a refusal must not clear another backend's shards
         dtype = batch_dtype(params.extract.dtype, info.dtype, device)
         record = record_of(params, info)
         todo = _resume(params.extract, world, rows, record, out, fingerprint(tokens, info_file, params, dtype))
         mine = [s for s in todo.plan.for_rank(world.rank, world.size) if s.index not in todo.done]
         stats = {"tokens": 0, "padded": 0, "bytes": 0, "seconds": 0.0, "shards": 0}
         if mine:
-            produce = producer(params, info, model_dir, device, device_map, dtype, record, world)
+            longest = max(rows.lengths[i] for s in mine for i in s.rows)
+            produce = producer(params, info, model_dir, device, device_map, dtype, record, world, longest)
             stats = write_shards(produce, rows, todo.plan, mine, todo.location, info.target_layer_ids, world.rank,
                                  world.size)
         every = distributed.gather(world, stats)
@@ -145,13 +152,17 @@ def _finish(p, todo: Todo, every: list[dict], n_rows: int, info: TargetInfo, out
     secs = max(s["seconds"] for s in every)
     padded = sum(s["padded"] for s in every)
     written = sum(s["bytes"] for s in every)
+    states = overall([entries[i] for i in sorted(entries)])
     write_json(metrics, {**the_plan.summary(), "free_bytes": todo.free, "resumed_shards": len(todo.done),
                          "ranks": ranks, "rows": n_rows, "tokens": the_plan.tokens, "tokens_extracted": tok,
                          "shards_written": sum(s["shards"] for s in every),
                          "padding_fraction": round(1 - tok / padded, 4) if padded else 0.0,
                          "seconds": round(secs, 2), "tokens_per_second": round(tok / max(secs, 1e-9), 1),
                          "gb_written": round(written / 1e9, 3), "teacher": p.teacher, "backend": p.backend,
-                         "compute_dtype": dtype, "device": device.type})
+                         "compute_dtype": dtype, "device": device.type,
+                         "state_rms": {label: st["rms"] for label, st in states.items()},
+                         "zero_rows": sum(st["zero_rows"] for st in states.values()),
+                         "nonfinite_rows": sum(st["nonfinite_rows"] for st in states.values())})
     print(f"extract: {the_plan.tokens} tokens in {len(the_plan.shards)} shard(s) "
           f"({len(todo.done)} kept from an earlier run), {round(tok / max(secs, 1e-9), 1)} tok/s", file=sys.stderr)
 

@@ -1,7 +1,7 @@
 """The ledgers of every rank, merged into the stage's index.json (row -> shard, offset,
-length) and manifest.json (each shard's name, size and xxh3-128 hash), in shard order: the
-same bytes whatever the number of ranks or interruptions. Rank 0 runs it once every rank
-has finished."""
+length) and manifest.json (each shard's name, size, xxh3-128 hash and per-layer statistics,
+state_stats.py), in shard order: the same bytes whatever the number of ranks or
+interruptions. Rank 0 runs it once every rank has finished."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def merge(out: Path, shard_dir: str | None, layer_ids: list[int], record: Record
             seen.add(r["id"])
             rows.append({**r, "shard": i})
         shards.append({"name": e["name"], "bytes": e["bytes"], "xxh3_128": e["xxh3_128"], "tokens": e["tokens"],
-                       "rows": len(e["rows"])})
+                       "rows": len(e["rows"]), "state_stats": e["state_stats"]})
     meta = {"target_layer_ids": layer_ids, "hidden_size": record.hidden, "teacher": record.teacher,
             "top_k": record.top_k, "state_columns": record.state_columns, "dtype": "bfloat16",
             "final": "post-norm last hidden state" if record.teacher == "final" else None,

@@ -12,39 +12,28 @@ from pathlib import Path
 
 import torch
 
+from ..devices import target_max_memory
 from ..distributed import World
 from .capture import right_padded
-from .plan import PlanError, Record, batches
+from .plan import Record, batches
 
 
 def producer(params, info, model_dir: Path, device: torch.device, device_map: str | None, dtype: str,
-             record: Record, world: World):
-    """The backend params.extract names, with the target loaded on this rank's device(s)."""
+             record: Record, world: World, longest: int):
+    """The backend params.extract names, with the target loaded on this rank's device(s);
+    `longest`: the longest row this rank will run (vLLM sizes its engine to it)."""
     if params.extract.backend == "vllm":
         from .vllm_backend import VllmProducer
 
-        return VllmProducer(model_dir, info, record, params.extract)
+        return VllmProducer(model_dir, info, record, params.extract, longest=longest,
+                            trust_remote_code=params.target.trust_remote_code)
     from ..target.load import load_model, load_tokenizer
     from .capture import Capture
 
-    kw = {}
-    if device_map and world.size > 1 and device.type == "cuda":
-        kw["max_memory"] = rank_max_memory(world.local_rank, world.local_size, torch.cuda.device_count())
-    model = load_model(model_dir, dtype, device, device_map, **kw)
+    model = load_model(model_dir, dtype, device, device_map, max_memory=target_max_memory(device_map, world))
     tok = load_tokenizer(model_dir)
     pad = tok.pad_token_id if tok.pad_token_id is not None else info.eos_token_ids[0]
     return TransformersProducer(Capture(model, info.target_layer_ids, record), params.extract.batch_tokens, pad)
-
-
-def rank_max_memory(local_rank: int, local_world: int, gpus: int) -> dict:
-    """With a device map, rank r of a node's `local_world` ranks spreads the target over its
-    own `gpus // local_world` GPUs only (accelerate places nothing where max_memory is 0)."""
-    per = gpus // local_world
-    if per < 1:
-        raise PlanError(f"extract: {local_world} ranks on this node but {gpus} GPU(s): a device map needs "
-                        "at least one GPU per rank")
-    mine = range(local_rank * per, (local_rank + 1) * per)
-    return {i: (torch.cuda.get_device_properties(i).total_memory if i in mine else 0) for i in range(gpus)}
 
 
 class TransformersProducer:

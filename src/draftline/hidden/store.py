@@ -6,8 +6,8 @@ Each shard (shard_file.py) holds, for many rows packed end to end along the toke
   states    [T, C] bf16   the target's states at `target_layer_ids`, side by side, then the
                           final (post-norm) state when `teacher` is "final"
   topk_ids [T, k] int32, topk_logprobs [T, k] bf16   when `teacher` is "top_k"
-index.json maps a row to (shard, offset, length); manifest.json gives each shard's size
-and xxh3-128 hash. Thousands of rows per file keep DVC and the filesystem fast; per-sample files
+index.json maps a row to (shard, offset, length); manifest.json gives each shard's size,
+xxh3-128 hash and per-layer statistics (state_stats.py). Thousands of rows per file keep DVC and the filesystem fast; per-sample files
 are what makes peers' extractions take days to copy.
 
 Where the shards are: beside the index, or in the folder the index names (`shard_dir`,

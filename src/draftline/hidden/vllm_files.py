@@ -1,7 +1,9 @@
 """vLLM's hidden-state files, converted into this project's shard rows.
 
-vLLM (>= 0.18) extracts hidden states with its `extract_hidden_states` speculative method
-and the `ExampleHiddenStatesConnector`, one safetensors file per request:
+vLLM (the `gpu` extra's, >= 0.25.0) extracts hidden states with its `extract_hidden_states`
+speculative method and the `ExampleHiddenStatesConnector`, one safetensors file per request,
+`<shared_storage_path>/<request id>.safetensors`, written by a thread after the request
+returns, under an exclusive lock on `<file>.lock` until it is complete:
     hidden_states [T, n, hidden]  the model dtype, the n requested layer ids in ascending order
     token_ids     [T] int64       the prompt's tokens
 Its layer ids count the embedding output as 0: id k is the residual stream after decoder

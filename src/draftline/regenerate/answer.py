@@ -21,6 +21,14 @@ class Answer:
     # The ids the target generated for this turn (after the generation prompt, its stop
     # token included when it emitted one); None when the backend does not say.
     token_ids: list[int] | None = None
+    # Asked for rows in the agreement sample (agreement.py), per generated token: the
+    # token, its log-prob under the backend's raw distribution (before temperature and
+    # top-p), and the backend's own top-1 token. Tokens are named `token_id:N` where the
+    # backend gives ids (vLLM's spelling), else by their text (logprobs.py). None when
+    # not asked or the backend does not say.
+    logprob_tokens: list[str] | None = None
+    logprobs: list[float] | None = None
+    top1: list[str] | None = None
 
     def history(self) -> dict:
         """The assistant message sent back before a later user turn: the answer as content,

@@ -20,6 +20,7 @@ import aiohttp
 from .. import secrets
 from .answer import Answer, split_reasoning
 from .endpoints import EndpointPool
+from .logprobs import token_name
 
 if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
     from ..config.regenerate import OpenAIParams
@@ -46,6 +47,30 @@ def _excerpt(raw: bytes, limit: int) -> str:
     """The start of a response body for an error reason, masked before it is cut, so no
     part of an echoed key survives the cut."""
     return secrets.mask(raw.decode("utf-8", "replace"))[:limit]
+
+
+def _token(entry: dict) -> str:
+    """A logprobs entry's token: by id where the server gives one (llama.cpp's server,
+    vLLM's `token_id:N` text), else by its text."""
+    tid = entry.get("id")
+    return token_name(tid) if type(tid) is int else str(entry["token"])
+
+
+def parse_logprobs(choice: dict) -> tuple[list[str], list[float], list[str]] | None:
+    """(each generated token, its log-prob, the server's top-1 token there) from a chat
+    choice's `logprobs.content`; None when the server sent none or a shape not understood
+    (the agreement check then says it had nothing to check)."""
+    try:
+        content = (choice.get("logprobs") or {}).get("content")
+        if not content:
+            return None
+        tokens = [_token(e) for e in content]
+        lps = [float(e["logprob"]) for e in content]
+        # the likeliest listed, whatever order the server lists them in
+        top = [_token(max(e["top_logprobs"], key=lambda t: float(t["logprob"]))) for e in content]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return tokens, lps, top
 
 
 def _kind_of_status(status: int) -> str:
@@ -128,6 +153,7 @@ class ChatClient:
             prompt_tokens = int(usage.get("prompt_tokens") or 0)
             completion_tokens = int(usage.get("completion_tokens") or 0)
             ids = choice.get("token_ids") if self.token_ids else None
+            scores = parse_logprobs(choice)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
             raise ValueError(f"unexpected response shape ({type(err).__name__}: {err})") from None
         if not isinstance(text, str):
@@ -140,11 +166,15 @@ class ChatClient:
         masked = secrets.mask(text)
         masked_reasoning = secrets.mask(reasoning) if isinstance(reasoning, str) else reasoning
         if masked != text or masked_reasoning != reasoning:
-            ids = None
+            ids = scores = None
+        if scores and any(secrets.mask(spelt := "".join(names)) != spelt for names in (scores[0], scores[2])):
+            scores = None  # the tokens that would spell it
         served = data.get("model")
+        tokens, logprobs, top1 = scores or (None, None, None)
         return Answer(text=masked, reasoning=masked_reasoning, finish_reason=finish, prompt_tokens=prompt_tokens,
                       completion_tokens=completion_tokens, endpoint=url, token_ids=ids,
-                      served_model=secrets.mask(served) if isinstance(served, str) else served)
+                      served_model=secrets.mask(served) if isinstance(served, str) else served,
+                      logprob_tokens=tokens, logprobs=logprobs, top1=top1)
 
     async def chat(self, body: dict) -> Answer:
         payload = json.dumps(body, ensure_ascii=False).encode()

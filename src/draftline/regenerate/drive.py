@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..progress import bar
 from .answer import Answer
-from .jobs import ADDED_COLUMNS, Job, empty_turn, error_row, make_jobs, make_row, settings_of
+from .jobs import ADDED_COLUMNS, Job, empty_turn, error_row, make_jobs, make_row, sample_keys, settings_of
 from .store import ShardStore
 
 if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
@@ -50,16 +50,21 @@ def next_turns(prompts: list[list[dict]], convs: list[list[dict]], cursor: list[
 
 
 def converse(backend, prompts: list[list[dict]], seeds: list[int], over=None,
-             cut: dict | None = None) -> list[tuple[list[dict], list[Answer]]]:
+             cut: dict | None = None, scored: list[bool] | None = None) -> list[tuple[list[dict], list[Answer]]]:
     """Answer a batch of conversations one user turn at a time, feeding back the target's
     own previous answers (with their reasoning: `Answer.history`): the history the target
     sees at inference, not someone else's.
-    seeds: one per prompt, the same for each of its turns. over, cut: as in next_turns."""
+    seeds: one per prompt, the same for each of its turns. over, cut: as in next_turns.
+    scored: the prompts whose answers record their tokens' log-probs (none when None)."""
     convs: list[list[dict]] = [[] for _ in prompts]
     answers: list[list[Answer]] = [[] for _ in prompts]
     cursor = [0] * len(prompts)
     while active := next_turns(prompts, convs, cursor, over, cut):
-        got = backend.generate([convs[i] for i in active], [seeds[i] for i in active])
+        asked = [convs[i] for i in active], [seeds[i] for i in active]
+        if scored is not None and any(scored[i] for i in active):
+            got = backend.generate(*asked, scored=[scored[i] for i in active])
+        else:
+            got = backend.generate(*asked)
         for i, a in zip(active, got):
             convs[i].append(a.history())
             answers[i].append(a)
@@ -176,7 +181,8 @@ class HFDriver:
         for part in token_batches(todo, self.batch_size, self.batch_tokens):
             cut: dict = {}
             for k, (job, (conv, answers)) in enumerate(zip(part, converse(
-                    self.backend, [j.row["messages"] for j in part], [j.seed for j in part], w.over, cut))):
+                    self.backend, [j.row["messages"] for j in part], [j.seed for j in part], w.over, cut,
+                    [j.scored for j in part]))):
                 calls += len(answers)
                 if k not in cut or w.too_long(job, *cut[k]):
                     w.add(make_row(job, conv, answers, settings))
@@ -190,6 +196,7 @@ class Outcome:
     errors: list[dict]
     stats: dict
     long: list[dict] = field(default_factory=list)  # rows over the context, dropped or cut (context.LONG_SCHEMA)
+    sample: set[str] = field(default_factory=set)  # keys of the agreement sample (jobs.sample_keys)
 
 
 def answer_all(rows: list[dict], driver, params: RegenerateParams, target_fp: str, work: Path,
@@ -201,11 +208,19 @@ def answer_all(rows: list[dict], driver, params: RegenerateParams, target_fp: st
         settings = settings_of(params, driver.model, getattr(driver, "chat", None))
         every = make_jobs(rows, params, settings, target_fp)
         jobs = limit.check(every) if limit is not None else every
+        sample = sample_keys([j.key for j in jobs], params.check_rows)
+        for j in jobs:
+            j.scored = j.key in sample
         store = ShardStore(work)
         done = store.load({j.key for j in jobs}, list(finished))
         for row in done.values():  # rows written before a column existed read it as null
             for col, value in ADDED_COLUMNS.items():
                 row.setdefault(col, value)
+        # A sampled row answered before log-probs were recorded is answered again: it cannot
+        # be checked otherwise, and the sample is a few rows.
+        unscored = [k for k in sample if k in done and done[k]["completion_logprobs"] is None]
+        for k in unscored:
+            del done[k]
         resumed = len(done)
         pb = bar(len(jobs), "regenerate", unit="row")
         pb.update(resumed)
@@ -230,11 +245,11 @@ def answer_all(rows: list[dict], driver, params: RegenerateParams, target_fp: st
             pb.close()
         elapsed = time.perf_counter() - t0
     out = [done[j.key] for j in jobs if j.key in done]
-    stats = {"rows_resumed": resumed,
+    stats = {"rows_resumed": resumed, "check_rows_answered_again": len(unscored),
              "rows_generated": w.rows, "generated_tokens": w.tokens, "generate_seconds": round(elapsed, 2),
              "tokens_per_second": round(w.tokens / elapsed, 2) if elapsed > 0 and w.rows else None,
              "rows_per_second": round(w.rows / elapsed, 3) if elapsed > 0 and w.rows else None,
              **driver_stats}
     order = {j.key: i for i, j in enumerate(every)}
     long = sorted(limit.events, key=lambda e: order[e["key"]]) if limit is not None else []
-    return Outcome(out, w.errors, stats, long)
+    return Outcome(out, w.errors, stats, long, sample)

@@ -11,6 +11,7 @@ from ..config.regenerate import RegenerateParams
 from .answer import Answer, opens_reasoning, split_reasoning
 from .context import chat_ids
 from .kv_cache import growing_cache
+from .logprobs import LogprobRecorder, token_name
 from .sampler import NucleusSampler
 
 
@@ -36,8 +37,10 @@ class HFBackend:
         return opens_reasoning(self.tok.decode(prompt[-8:], skip_special_tokens=False))
 
     @torch.inference_mode()
-    def generate(self, conversations: list[list[dict]], seed: int | list[int]) -> list[Answer]:
-        """seed: one for all conversations, or one each (used only when sampling)."""
+    def generate(self, conversations: list[list[dict]], seed: int | list[int],
+                 scored: list[bool] | None = None) -> list[Answer]:
+        """seed: one for all conversations, or one each (used only when sampling);
+        scored: which conversations record their tokens' log-probs (the agreement sample)."""
         seeds = [seed] * len(conversations) if isinstance(seed, int) else list(seed)
         encoded = self._encode(conversations)
         width = max(len(e) for e in encoded)
@@ -50,6 +53,10 @@ class HFBackend:
         # Sampling draws inside NucleusSampler (the cost of transformers' own top-p is in its
         # module doc), so generate always runs its greedy path.
         processors = LogitsProcessorList()
+        rows = [i for i, s in enumerate(scored or []) if s]
+        recorder = LogprobRecorder(rows) if rows else None
+        if recorder is not None:  # first: it reads the logits before the sampler replaces them
+            processors.append(recorder)
         if p.temperature > 0:
             processors.append(NucleusSampler(p.temperature, p.top_p, seeds))
         dev = self.model.device
@@ -59,6 +66,8 @@ class HFBackend:
             eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
             cache=growing_cache(self.model.config),
         )
+        logprobs, top1 = recorder.finish(out) if recorder is not None else ([], [])
+        recorded = dict(zip(rows, zip(logprobs, top1)))
         out = out.cpu()
         answers = []
         for i, e in enumerate(encoded):
@@ -73,4 +82,8 @@ class HFBackend:
                                   finish_reason="length" if stop is None else "stop",
                                   prompt_tokens=len(e), completion_tokens=len(ids),
                                   served_model=self.served_model, endpoint="local", token_ids=ids))
+            if i in recorded:  # the steps after its stop token are the batch's, not its own
+                lps, top = recorded[i]
+                answers[-1].logprobs, answers[-1].top1 = lps[:len(ids)], top[:len(ids)]
+                answers[-1].logprob_tokens = [token_name(t) for t in ids]
         return answers

@@ -20,6 +20,8 @@ class Job:
     # Tokens of its widest generate call (its prompt at its last turn plus max_new_tokens
     # per turn), measured before batching; None when not measured.
     tokens: int | None = None
+    # In the agreement sample: its backend records each generated token's log-prob.
+    scored: bool = False
 
     @property
     def seed(self) -> int:
@@ -30,8 +32,11 @@ class Job:
 
 # Columns added to answer rows since the first runs, with the value a row written before
 # them reads as: resumed rows and earlier final files keep their keys (the column is not
-# part of the key) and get it filled in on load.
-ADDED_COLUMNS = {"completion_ids": None}
+# part of the key) and get it filled in on load. Recording log-probs changes no answer,
+# so they are not part of the key either: a row of the agreement sample resumed without
+# them is answered again (drive.answer_all), every other row is kept.
+ADDED_COLUMNS = {"completion_ids": None, "completion_logprob_tokens": None, "completion_logprobs": None,
+                 "completion_top1": None}
 
 
 def settings_of(p: RegenerateParams, model: str | None = None, chat: ChatParams | None = None) -> dict:
@@ -52,6 +57,12 @@ def make_jobs(rows: list[dict], p: RegenerateParams, settings: dict, target_fp: 
             for r in rows for s in range(p.samples_per_prompt)]
 
 
+def sample_keys(keys: list[str], n: int) -> set[str]:
+    """The agreement sample: the `n` smallest keys. A key hashes the prompt, the settings
+    and `seed`, so the draw is seeded and the same on every rerun and resume."""
+    return set(sorted(keys)[:n])
+
+
 def empty_turn(messages: list[dict]) -> int | None:
     """Index of the first user turn with no text: not worth a request, recorded as an error."""
     for i, m in enumerate(messages):
@@ -65,15 +76,19 @@ def make_row(job: Job, conv: list[dict], answers: list[Answer], settings: dict) 
     back as `reasoning_content` for later turns lives in the `reasoning` column (one entry
     per assistant turn), so the messages' schema is the prompts' whatever the target did.
     `completion_ids`: per assistant turn the ids the target generated, or null where the
-    backend did not say; null for the row when no turn has them."""
+    backend did not say; null for the row when no turn has them. `completion_logprob_tokens`,
+    `completion_logprobs`, `completion_top1` alike: what the backend recorded for the
+    agreement check (answer.Answer), rows of its sample only."""
     r, last = job.row, answers[-1]
     flat = {f"gen_{k}": v for k, v in settings.items() if not isinstance(v, dict)}
     ids = [a.token_ids for a in answers]
+    recorded = {f"completion_{f}": [getattr(a, f) for a in answers] for f in ("logprob_tokens", "logprobs", "top1")}
     return {
         "key": job.key, "id": r["id"], "source": r["source"], "category": r["category"],
         "split": r["split"], "sample": job.sample, "messages": [_stored(m) for m in conv],
         "completion": last.text, "reasoning": [a.reasoning for a in answers],
         "completion_ids": ids if any(i is not None for i in ids) else None,
+        **{col: turns if any(x is not None for x in turns) else None for col, turns in recorded.items()},
         "finish_reason": [a.finish_reason for a in answers],
         "prompt_tokens": sum(a.prompt_tokens for a in answers),
         "completion_tokens": sum(a.completion_tokens for a in answers),

@@ -84,7 +84,8 @@ class OpenAIDriver:
     def in_flight(self) -> int:
         return self.pool.in_flight if self.pool is not None else 0
 
-    def _body(self, conv: list[dict], seed: int) -> dict:
+    def _body(self, conv: list[dict], seed: int, scored: bool = False) -> dict:
+        """scored: a row of the agreement sample, asked for its tokens' log-probs."""
         p = self.p
         body = {"model": self.model, "messages": conv, "max_tokens": p.max_new_tokens,
                 "temperature": p.temperature, "top_p": p.top_p, "seed": seed, "stream": False}
@@ -94,6 +95,12 @@ class OpenAIDriver:
         if p.token_ids:
             # vLLM (0.10.2 on) answers with the choice's generated `token_ids`; others ignore it.
             body["return_token_ids"] = True
+        if scored:
+            # The raw distribution's log-prob of each generated token and the top-1 token
+            # (vLLM, SGLang, llama.cpp); vLLM names the tokens by id when asked.
+            body |= {"logprobs": True, "top_logprobs": 1}
+            if p.token_ids:
+                body["return_tokens_as_token_ids"] = True
         body.update(self.cfg.extra_body)
         return body
 
@@ -101,7 +108,7 @@ class OpenAIDriver:
         """The conversation, its answers and (turn, length) of a later turn that outgrew the context."""
         prompts, convs, cursor, answers, cut = [job.row["messages"]], [[]], [0], [], {}
         while next_turns(prompts, convs, cursor, over, cut):
-            a = await client.chat(self._body(convs[0], (job.seed + len(answers)) & 0x7FFFFFFF))
+            a = await client.chat(self._body(convs[0], (job.seed + len(answers)) & 0x7FFFFFFF, job.scored))
             convs[0].append(a.history())
             answers.append(a)
         return convs[0], answers, cut.get(0)

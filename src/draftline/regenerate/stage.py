@@ -7,12 +7,20 @@ rerun after a kill (SIGKILL included) skips them, and a rerun after a params cha
 does not touch generation reuses the previous answers. Rows that fail after retries go to
 the errors file with their reason; the stage fails when they pass
 regenerate.max_error_rate, and its rerun retries only those.
+
+Then the in-process target scores a sample of the answers (agreement.py) and the stage
+fails when it disagrees with the backend that wrote them: regenerate.min_top1_agreement.
+The rows of such a run are set aside, not resumed: they are another model's answers.
 """
 
 from __future__ import annotations
 
+import shutil
+import time
 from collections import Counter
 from pathlib import Path
+
+import torch
 
 from .. import secrets
 from ..chat import ChatTemplate
@@ -20,6 +28,7 @@ from ..devices import compute_device
 from ..io import read_parquet, write_json, write_parquet
 from ..precision import batch_dtype
 from ..target.load import TargetError, load_config, load_model, load_tokenizer
+from .agreement import failure, measure
 from .answer import truncated_in_reasoning
 from .context import PromptLimit, target_context, write_long
 from .drive import HFDriver, answer_all
@@ -29,6 +38,7 @@ from .store import ShardStore, target_fingerprint
 ANSWERS, DROPPED, ERRORS = "answers.parquet", "dropped.parquet", "errors.parquet"
 LONG = "long_prompts.parquet"  # rows over the target's context, dropped or cut
 ERROR_SCHEMA = ["key", "id", "source", "sample", "kind", "reason", "attempts"]
+DISAGREED = "disagreed"  # resume shards of a run that failed the agreement check, inside the work folder
 
 
 def _driver(params, model_dir: Path, logs: Path, device, device_map, tok):
@@ -93,6 +103,29 @@ def _hf_dtype(params, device) -> str:
     return batch_dtype(params.regenerate.dtype, params.target.dtype, device)
 
 
+def _check_target(params, driver, model_dir: Path, device, device_map):
+    """A thunk for the target the agreement check runs: the hf backend's own model, or for
+    servers the target folder's, loaded in the dtype the hf backend would use (after the
+    stage's servers have stopped, so their GPUs are free)."""
+    if params.regenerate.backend == "hf":
+        return lambda: driver.backend.model
+    return lambda: load_model(model_dir, _hf_dtype(params, device), device, device_map)
+
+
+def _set_aside_run(work: Path) -> str:
+    """Move the run's resume shards out of the way, so that a rerun (with the server fixed)
+    answers afresh instead of resuming another model's answers; they stay for a look, and
+    can be moved back should the check have been wrong. What was done, for the message."""
+    shards = ShardStore(work).shards()
+    if not shards:
+        return "no resume shards to set aside"
+    dest = work / DISAGREED / time.strftime("%Y%m%dT%H%M%S")
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in shards:
+        shutil.move(str(f), dest / f.name)
+    return f"this run's answers are set aside in {dest}, so a rerun answers afresh"
+
+
 def _write_errors(path: Path, errors: list[dict]) -> None:
     import pyarrow as pa
 
@@ -109,6 +142,13 @@ def _turns(row: dict) -> list[tuple[str, str, str | None]]:
     return list(zip(row["finish_reason"], answers, row["reasoning"] or []))
 
 
+def _agreement_line(m: dict) -> str:
+    if m["reason"] is not None:
+        return f"not measured ({m['reason']})"
+    return (f"top-1 {m['top1']:.2%}, mean |delta log-prob| {m['mean_abs_dlogprob']}, p99 {m['p99_abs_dlogprob']} "
+            f"over {m['tokens']} tokens of {m['rows']} rows (regenerate.min_top1_agreement {m['min_top1']})")
+
+
 def _masked(value):
     """Every string in a metrics tree masked: some come from the servers (the model they serve)."""
     if isinstance(value, str):
@@ -123,16 +163,20 @@ def _masked(value):
 def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Path, metrics_file: Path,
         device=None, device_map: str | None = None) -> None:
     p = params.regenerate
-    device = device or compute_device()
+    device = torch.device(device) if device is not None else compute_device()
     answers_file, dropped_file, errors_file = out_dir / ANSWERS, out_dir / DROPPED, out_dir / ERRORS
     rows = read_parquet(prompts)
     total = len(rows) * p.samples_per_prompt
     target_fp = target_fingerprint(model, None if p.backend == "openai" else _hf_dtype(params, device))
     tok = _tokenizer(p, model)
     limit = _limit(params, model, tok)
-    out = answer_all(rows, _driver(params, model, logs, device, device_map, tok), p, target_fp, work,
-                     finished=[answers_file, dropped_file], limit=limit)
+    driver = _driver(params, model, logs, device, device_map, tok)
+    out = answer_all(rows, driver, p, target_fp, work, finished=[answers_file, dropped_file], limit=limit)
     answers, errors = out.rows, out.errors
+    agreement = measure(answers, out.sample, _check_target(params, driver, model, device, device_map), tok,
+                        params.chat.template_kwargs(), p)
+    agreement["answered_again"] = out.stats.pop("check_rows_answered_again")
+    agreement["dtype"] = _hf_dtype(params, device)
     truncated = [a for a in answers if "length" in a["finish_reason"]]
     cut_turns = [(f, a, r) for row in answers for f, a, r in _turns(row) if f == "length"]
     kept = [a for a in answers if not (p.drop_truncated and "length" in a["finish_reason"])]
@@ -159,6 +203,8 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
         "long_prompts_cut": sum(e["action"] == "cut" for e in out.long),
         **out.stats,
         "endpoints": {str(i): v for i, v in enumerate(endpoints.values())},
+        # the backend against the in-process target, on the answers of `sampled` rows
+        "agreement": agreement,
     }
     _write_errors(errors_file, errors)
     write_long(out_dir / LONG, out.long)
@@ -173,6 +219,11 @@ def run(params, model: Path, prompts: Path, out_dir: Path, work: Path, logs: Pat
             f"regenerate: {len(errors)} of {total} rows failed ({error_rate:.1%}), above regenerate.max_error_rate "
             f"{p.max_error_rate}; by kind {dict(by_kind)}; reasons in {errors_file}. Finished rows are kept: "
             f"a rerun asks only for the rest")
+    print(f"regenerate: agreement with the in-process target: {_agreement_line(agreement)}")
+    if (why := failure(agreement, p, p.backend)) is not None:
+        if agreement["reason"] is None:
+            why += f"; {_set_aside_run(work)}"
+        raise RuntimeError(why)
     write_parquet(answers_file, kept)
     if p.drop_truncated:
         write_parquet(dropped_file, [a for a in answers if "length" in a["finish_reason"]])

@@ -72,9 +72,12 @@ def choose_layers(drafter: DrafterParams, num_layers: int) -> list[int]:
 
 
 def describe(model_dir: Path, target: TargetParams, drafter: DrafterParams, provenance: dict) -> dict:
-    from .load import load_checkpoint_config
+    from .load import load_checkpoint_config, verify_loading
+    from .quantization import describe_format
 
     checkpoint = load_checkpoint_config(model_dir)
+    quantization = describe_format(checkpoint, f"{model_path(model_dir)}/config.json")
+    loading = verify_loading(model_dir, target.dtype)
     config = load_config(model_dir)  # the text model's
     tok = load_tokenizer(model_dir)
     n = int(config.num_hidden_layers)
@@ -89,6 +92,11 @@ def describe(model_dir: Path, target: TargetParams, drafter: DrafterParams, prov
         "eos_token_ids": eos_ids(model_path(model_dir), config, tok),
         "dtype": target.dtype,
         **describe_layers(config),
+        # null: unquantized; else the method and scheme the weights were dequantized from
+        "quantization": quantization,
+        # transformers' loading report, checked: the class every text tensor loaded into, and
+        # the other towers' tensors (vision, projector, MTP) left out by design
+        "loading": loading,
         "provenance": provenance,
     }
 

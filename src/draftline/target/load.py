@@ -53,35 +53,82 @@ def load_tokenizer(model_dir: str | Path):
 
 
 def load_model(model_dir: str | Path, dtype: str = "float32", device: torch.device | str = "cpu",
-               device_map: str | None = None, max_memory: dict | None = None):
+               device_map: str | dict | None = None, max_memory: dict | None = None):
     """The target, frozen, in `dtype`. device_map "auto" spreads its layers over every GPU
     this process sees (accelerate), for a target larger than one device; its inputs then
-    go to `model.device`, the first one."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
-
-    kw = {"device_map": device_map} if device_map else {}
-    if device_map and max_memory:  # one rank's own GPUs (extract under torchrun)
-        kw["max_memory"] = max_memory
-    config = load_checkpoint_config(model_dir)
-    if type(config) not in AutoModelForCausalLM._model_mapping:
-        # A wrapper transformers has no text-only class for (Kimi K2.x): load its text model
-        # alone, under the text config, with the checkpoint's prefixes mapped onto it; the
-        # vision tower's tensors are never read.
-        kw |= {"config": config.get_text_config(decoder=True), "key_mapping": text_key_mapping(model_dir)}
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity_error()  # the skipped vision tensors would print a report of hundreds of lines
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            model_path(model_dir), dtype=getattr(torch, dtype), attn_implementation="sdpa", **kw)
-    finally:
-        logging.set_verbosity(verbosity)
+    go to `model.device`, the first one. Fails naming every tensor that did not load
+    (load_report.py); quantized checkpoints load through their own library (quantization.py)."""
+    model, _ = load_checked(model_dir, dtype, device, device_map, max_memory)
     if not device_map:
         model = model.to(device)
     head = model.get_output_embeddings()
     if head is not None:
         head.register_forward_pre_hook(_contiguous_input)
     return model.eval().requires_grad_(False)
+
+
+def verify_loading(model_dir: str | Path, dtype: str = "float32") -> dict:
+    """The target stage's check, for any size: the model built on the meta device, so the
+    report covers every tensor's name and shape while no weight is read into memory."""
+    _, report = load_checked(model_dir, dtype, "cpu", {"": "meta"})
+    return report.summary()
+
+
+def load_checked(model_dir: str | Path, dtype: str, device, device_map, max_memory=None):
+    """(model, LoadReport) from transformers' own loading report; raises TargetError on any
+    missing, unexpected, mis-shaped or unconvertible tensor."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    from .load_report import ReportCapture, from_info
+    from .quantization import load_kwargs
+    from .weights import Tensors, is_other_tower
+
+    path = model_path(model_dir)
+    kw: dict = {"device_map": device_map} if device_map else {}
+    if device_map and max_memory:  # one rank's own GPUs (extract under torchrun)
+        kw["max_memory"] = max_memory
+    config = load_checkpoint_config(model_dir)
+    load_config = config
+    if type(config) not in AutoModelForCausalLM._model_mapping:
+        # A wrapper transformers has no text-only class for (Kimi K2.x): load its text model
+        # alone, under the text config, with the checkpoint's prefixes mapped onto it; the
+        # vision tower's tensors are never read.
+        load_config = config.get_text_config(decoder=True)
+        kw |= {"config": load_config, "key_mapping": text_key_mapping(model_dir)}
+    kw |= load_kwargs(config, load_config)
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # the report is read below, not printed
+    try:
+        with ReportCapture() as capture, warnings.catch_warnings():
+            # quantization_config passed over the checkpoint's: only its load-time switches are taken
+            warnings.filterwarnings("ignore", message=".*already has a `quantization_config`")
+            try:
+                model, info = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=getattr(torch, dtype), attn_implementation="sdpa", output_loading_info=True,
+                    ignore_mismatched_sizes=True, **kw)
+            except RuntimeError as e:
+                if not (bad := capture.conversion_errors()):
+                    raise
+                from .load_report import LoadReport
+
+                LoadReport(_class_name(load_config), conversion=bad).check(str(path))
+                raise TargetError(f"{path}: {e}") from e
+    finally:
+        logging.set_verbosity(verbosity)
+    skipped = sum(is_other_tower(k) for k in Tensors(model_dir).weight_map)
+    report = from_info(type(model).__name__, info, skipped)
+    report.check(str(path))
+    return model, report
+
+
+def _class_name(config) -> str:
+    from transformers import AutoModelForCausalLM
+
+    cls = AutoModelForCausalLM._model_mapping.get(type(config), None)
+    return cls.__name__ if cls is not None else type(config).__name__
 
 
 def text_key_mapping(model_dir: str | Path) -> dict[str, str]:

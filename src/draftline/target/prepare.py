@@ -28,4 +28,9 @@ def prepare(params, model: Path, info_file: Path) -> None:
     kinds = sorted({f"{a.split('_')[0]}/{m}" for a, m in zip(info["layer_types"], info["mlp_types"])})
     print(f"target: {info['architecture']} with {info['num_hidden_layers']} layers ({', '.join(kinds)}; "
           f"{info['attention']}), hidden {info['hidden_size']}, drafter reads layers {info['target_layer_ids']}")
+    skipped = info["loading"]["other_tower_tensors_skipped"]
+    print(f"target: every text tensor loads into {info['loading']['model_class']}"
+          + (f"; {skipped} tensors of the vision tower, its projector and MTP layers are skipped by design" if skipped else "")
+          + (f"; quantized ({info['quantization']['method']}, {info['quantization']['format']}): dequantized on the CPU"
+             if info["quantization"] else ""))
 

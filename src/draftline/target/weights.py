@@ -87,11 +87,19 @@ def layer_prefix(t: Tensors, i: int) -> str:
 def read_layer(t: Tensors, i: int, names: tuple[str, ...] = LAYER_TENSORS) -> dict[str, torch.Tensor]:
     """Decoder layer i's tensors of `names` that it has (name within the layer -> tensor)."""
     prefix = layer_prefix(t, i)
-    scaled = sorted(k for k in t.weight_map if k.startswith(prefix) and "scale" in k.rsplit(".", 1)[-1])
-    if scaled:  # FP8/INT block-quantized weights: copying them raw would be garbage
+    # Only the tensors copied matter: Kimi quantizes its routed experts alone, which no
+    # drafter layer copies; a quantized attention or MLP weight copied raw would be garbage.
+    scaled = sorted(k for name in names for k in _quantized_parts(prefix + name) if k in t.weight_map)
+    if scaled:
         raise TargetError(f"{t.path}: layer {i} is quantized ('{scaled[0]}'); train.init: target needs "
                           "unquantized weights (use train.init: random)")
     return {name: t.read(prefix + name) for name in names if prefix + name in t.weight_map}
+
+
+def _quantized_parts(key: str) -> list[str]:
+    """The names a quantized weight's scales and packed values take (FP8 blocks, compressed-tensors)."""
+    stem = key[: -len("weight")] if key.endswith("weight") else key + "_"
+    return [stem + part for part in ("weight_scale_inv", "weight_scale", "weight_packed")]
 
 
 def final_norm(t: Tensors) -> torch.Tensor:
