@@ -180,6 +180,8 @@ KEY_READERS = [
     ("train.features", "online", {"extract", "train"}),
     ("train.lr", 0.0123, {"train"}),
     ("target.dtype", "bfloat16", {"target", "regenerate"}),
+    ("target.trust_remote_code", True, {"target", "extract"}),  # vLLM's engine reads it
+    ("regenerate.min_top1_agreement", 0.95, {"regenerate"}),
     ("benchmark.max_new_tokens", 8, {"benchmark"}),
 ]
 
