@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all preset venv test test-fast test-assets results gpu-check bench-client bench-dedupe bench-prompts bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
+.PHONY: all doctor preset venv test test-fast test-assets results gpu-check bench-client bench-dedupe bench-prompts bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -22,6 +22,12 @@ all: $(STAMP)
 PRESET ?= large
 preset: $(STAMP)
 	flags="$$(draftline preset presets/$(PRESET).yaml)" && eval dvc exp run -n $(PRESET) $$flags
+
+# The gate before the GPU hours: the pipeline up to tokenize, then `draftline doctor`
+# overfits a fresh drafter on two of its rows and decodes them as served (docs/training.md).
+doctor: $(STAMP)
+	dvc repro tokenize
+	draftline doctor
 
 venv: $(STAMP)
 
@@ -36,8 +42,9 @@ $(STAMP): pyproject.toml requirements-nodeps.txt
 # Portable build (no -march=native): on CPUs with AMX, llama.cpp's AMX weight repacking
 # crashes on multi-token batches of this Q4_1 model; plain AVX2 kernels are exact and
 # fast enough. No llava: the tests need text only.
-$(TEST_STAMP): $(STAMP)
+$(TEST_STAMP): $(STAMP) requirements-engines.txt
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install -q -e ".[test,servers,bench]"
+	$(BIN)/pip install -q --no-deps -r requirements-engines.txt
 	touch $(TEST_STAMP)
 
 # Qwen3's real tokenizer and chat template for the thinking-template tests

@@ -23,6 +23,7 @@ from .command import Settings
 STAGES = {name: f"stages.{name}" for name in (
     "check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark")}
 TOOLS = {
+    "doctor": "draftline.doctor.command",
     "inspect": "draftline.sequences.inspect",
     "card": "draftline.decode.card",
     "preset": "draftline.presets",

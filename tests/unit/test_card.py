@@ -32,6 +32,7 @@ def test_card_has_front_matter_the_tau_table_and_serve_commands():
     assert "--speculative-algorithm DFLASH --speculative-draft-model-path me/drafter" in body
     assert "--speculative-num-draft-tokens 4" in body
     assert "| target_layer_ids | [1, 26]" in body and "| mask_token_id | 16 |" in body
+    assert "checked against the serving code of vLLM 0.33.0 and SGLang 0.5.23" in body
 
 
 def test_a_local_target_has_no_base_model_and_dflash2_says_what_it_needs():

@@ -57,11 +57,20 @@ LAYOUTS = {"llama": (_llama, {}),
 def test_export_carries_every_loader_key_and_loads_in_zlab(tmp_path, layout):
     from dflash.model import DFlashDraftModel
 
+    from transformers import AutoConfig
+
     make, shape = LAYOUTS[layout]
     dp = DrafterParams(num_layers=2, block_size=8, target_layer_ids=[0, 2], mask_token=63, **shape)
-    save_drafter(build_drafter(drafter_config(make(), dp, [0, 2], 63), 0), tmp_path)
+    built = build_drafter(drafter_config(make(), dp, [0, 2], 63), 0)
+    save_drafter(built, tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert missing(cfg, VLLM_KEYS) == [] and missing(cfg, SGLANG_KEYS) == [] and missing(cfg, ZLAB_KEYS) == []
+    # vLLM's convention (id + 1) for releases that read only this key; tests/engines checks
+    # it against vLLM's own code
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [1, 3]
+    # top-level rope_theta for transformers 4.57 (z-lab's pin); transformers 5 reads the same rotary
+    assert cfg["rope_theta"] == cfg["rope_parameters"]["rope_theta"]
+    assert AutoConfig.from_pretrained(tmp_path).rope_parameters == built.config.rope_parameters
     dc = cfg["dflash_config"]
     assert (dc["block_size"], dc["mask_token_id"], dc["target_layer_ids"], dc["num_target_layers"]) == (8, 63, [0, 2], 4)
     assert dc["mask_token_id"] < cfg["vocab_size"] and cfg["target_hidden_size"] == cfg["hidden_size"] == 32

@@ -22,6 +22,10 @@ from ..io import atomic_path, read_json
 
 TAGS = ["dflash", "speculative-decoding", "draft-model", "block-diffusion", "draftline"]
 
+# The engine releases whose own code reads the export in tests/engines (rotary tables, layer
+# ids, mask id, block size); that test fails when the installed versions differ from these.
+ENGINES_CHECKED = {"vllm": "0.33.0", "sglang": "0.5.23"}
+
 
 def _base_model(info: dict) -> str | None:
     """The target as a hub id (a card's `base_model`), when it has one."""
@@ -100,6 +104,10 @@ def render(config: dict, info: dict, metrics: dict, drafter_ref: str) -> str:
         "",
         *reasoning_table(metrics),
         "## Serving",
+        "",
+        f"draftline's config.json export is checked against the serving code of vLLM {ENGINES_CHECKED['vllm']} "
+        f"and SGLang {ENGINES_CHECKED['sglang']}: on Llama, Qwen3.6 and Kimi-K2.6 layouts both read from it the "
+        "rotary tables, target layers, mask token and block size the drafter trains with.",
         "",
         "vLLM (a DFlash-capable build; the drafter needs an attention backend with non-causal attention):",
         "",

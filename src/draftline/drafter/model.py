@@ -98,6 +98,9 @@ def drafter_config(target_config, drafter: DrafterParams, layer_ids: list[int], 
         use_sliding_window=serving.pop("use_sliding_window"),
     )
     cfg.architectures = [ARCHITECTURES[drafter.arch]]
+    # also top level: transformers 4.57 (z-lab's pin) reads no rope_parameters, and would
+    # rotate with its 1e6 default; transformers 5 folds it back into rope_parameters.
+    cfg.rope_theta = cfg.rope_parameters["rope_theta"]
     for key, value in serving.items():
         setattr(cfg, key, value)
     if drafter.arch == "dflash2":

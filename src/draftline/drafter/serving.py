@@ -11,6 +11,9 @@ means the *output* of decoder layer i, i.e. transformers' `hidden_states[i + 1]`
 1 to `dflash_config.target_layer_ids` unless a top-level `eagle_aux_hidden_state_layer_ids`
 is given, which it takes as-is; SGLang captures "before layer i + 1"). Sliding layers are
 causal within the block, full layers not (`dflash_config.causal` / `is_causal` override it).
+
+tests/engines/test_engine_contracts.py feeds an export to the engines' own code (the
+versions in decode/card.py `ENGINES_CHECKED`) and compares with what the drafter trained on.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ VLLM_KEYS = (
     "architectures", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "hidden_act", "num_hidden_layers", "vocab_size", "max_position_embeddings",
     "rms_norm_eps", "rope_parameters", "attention_bias", "target_hidden_size", "layer_types", "sliding_window",
-    "dflash_config.mask_token_id", "dflash_config.target_layer_ids", "dflash_config.use_swa",
-    "dflash_config.swa_window_size", "dflash_config.causal",
+    "eagle_aux_hidden_state_layer_ids", "dflash_config.mask_token_id", "dflash_config.target_layer_ids",
+    "dflash_config.use_swa", "dflash_config.swa_window_size", "dflash_config.causal",
 )
 
 SGLANG_KEYS = (
@@ -31,9 +34,10 @@ SGLANG_KEYS = (
 )
 
 # z-lab's DFlashDraftModel: top-level block_size and num_target_layers, the rest from
-# dflash_config (its MLX port reads the same).
-ZLAB_KEYS = ("block_size", "num_target_layers", "layer_types", "sliding_window", "dflash_config.mask_token_id",
-             "dflash_config.target_layer_ids")
+# dflash_config (its MLX port reads the same). Its repo pins transformers 4.57, whose
+# Qwen3Config reads the rotary base only from a top-level rope_theta (else 1e6).
+ZLAB_KEYS = ("block_size", "num_target_layers", "layer_types", "sliding_window", "rope_theta",
+             "dflash_config.mask_token_id", "dflash_config.target_layer_ids")
 
 
 # Keys whose null is a setting (no window: no layer slides; causal: decide per layer).
@@ -67,6 +71,10 @@ def serving_fields(layer_types: list[str], sliding_window: int, block_size: int,
         "target_hidden_size": target_hidden_size,
         "num_target_layers": num_target_layers,
         "block_size": block_size,
+        # vLLM's convention (id i + 1 = the state after decoder layer i), which vLLM 0.33
+        # derives itself when the key is absent: written so that releases reading only this
+        # key capture the same layers.
+        "eagle_aux_hidden_state_layer_ids": [i + 1 for i in layer_ids],
         "dflash_config": {
             "block_size": block_size, "mask_token_id": mask_id, "target_layer_ids": list(layer_ids),
             "num_target_layers": num_target_layers,
