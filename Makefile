@@ -11,7 +11,7 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: all doctor preset venv test test-fast test-assets results gpu-check bench-client bench-dedupe bench-prompts bench-train bench-regen bench-tree metrics diff plots push pull remote clean-venv
+.PHONY: all doctor preset venv test test-fast test-assets results gpu-check bench-client bench-dedupe bench-prompts bench-train bench-regen bench-tree metrics diff exps plots push pull remote clean-venv
 
 all: $(STAMP)
 	dvc repro
@@ -19,8 +19,9 @@ all: $(STAMP)
 # A preset as a DVC experiment: `make preset PRESET=large` (presets/large.yaml), or
 # PRESET=smoke (presets/smoke.yaml: the whole pipeline in minutes). dvc leaves the experiment's
 # params.yaml and outputs in the workspace: `git checkout params.yaml dvc.lock && dvc checkout` undoes it.
-PRESET ?= large
+# No default: a bare `make preset` names the presets instead of starting a long run.
 preset: $(STAMP)
+	@test -n "$(PRESET)" || { echo "error: give PRESET=NAME, one of: $$(cd presets && ls *.yaml | sed 's/\.yaml$$//' | tr '\n' ' ')" >&2; exit 2; }
 	flags="$$(draftline preset presets/$(PRESET).yaml)" && eval dvc exp run -n $(PRESET) $$flags
 
 # The gate before the GPU hours: the pipeline up to tokenize, then `draftline doctor`
@@ -112,11 +113,23 @@ bench-tree: $(STAMP)
 	$(BIN)/python bench/bench_verify_head.py
 	$(BIN)/python bench/bench_skinny.py
 
+# The headline metrics in one narrow table (src/draftline/metrics_table.py); FULL=1: every
+# metric of every stage (`dvc metrics show`).
 metrics: $(STAMP)
-	dvc metrics show
+	@if [ -n "$(FULL)" ]; then dvc metrics show; else draftline metrics; fi
 
+# Two commits: REV (default HEAD~1) against HEAD, the workspace left out; WORKSPACE=1: REV
+# against the workspace; FULL=1: every metric (`dvc metrics diff`).
+REV ?= HEAD~1
 diff: $(STAMP)
-	dvc metrics diff HEAD~1
+	@b=$(if $(WORKSPACE),workspace,HEAD); \
+	if [ -n "$(FULL)" ]; then dvc metrics diff $(REV) $(if $(WORKSPACE),,HEAD); \
+	else draftline metrics --rev $(REV) --rev $$b; fi
+
+# Experiments: the params that differ between them and the headline metrics, as a markdown
+# table (readable piped); FULL=1: `dvc exp show` as it is.
+exps: $(STAMP)
+	@if [ -n "$(FULL)" ]; then dvc exp show; else draftline metrics --experiments; fi
 
 # One page with vega inlined (src/draftline/plots_page.py): it opens offline.
 plots: $(STAMP)

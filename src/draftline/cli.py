@@ -13,11 +13,12 @@ a stage then loads only its own code, and its import closure is exactly what dvc
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 
 import click
 
-from .command import Settings
+from .command import Settings, show_click_error
 
 # name -> module defining `command`; the pipeline's order, as dvc.yaml runs it.
 STAGES = {name: f"stages.{name}" for name in (
@@ -28,6 +29,7 @@ TOOLS = {
     "card": "draftline.decode.card",
     "preset": "draftline.presets",
     "results": "draftline.results",
+    "metrics": "draftline.metrics_table",
     "plots": "draftline.plots_page",
 }
 
@@ -43,6 +45,20 @@ class StageGroup(click.Group):
         if module is None:
             return super().get_command(ctx, name)
         return importlib.import_module(module).command
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """As click's, but its errors print as every stage's do: one `error: ...` line."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.ClickException as err:
+            show_click_error(err)
+            sys.exit(err.exit_code)
+        except click.exceptions.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def format_commands(self, ctx, formatter):
         for title, names in (("Pipeline stages (dvc.yaml order)", STAGES), ("Tools", TOOLS)):

@@ -68,6 +68,14 @@ def _one_line(err: BaseException) -> tuple[str, int]:
     return f"{err}", 2
 
 
+def show_click_error(err: click.ClickException) -> None:
+    """A click error (a bad option, a tool's refusal) in the stages' style: `error: ...`,
+    after the usage line and help hint click gives for a usage error."""
+    if isinstance(err, click.UsageError) and err.ctx is not None:
+        click.echo(f"{err.ctx.get_usage()}\nTry '{err.ctx.command_path} --help' for help.", err=True)
+    click.echo(f"error: {secrets.mask(err.format_message())}", err=True)
+
+
 def run_stage(settings: Settings, load: Callable[[Path], Any], stage: Callable[[Any], None],
               torch_threads: bool = True) -> None:
     """Load params with `load` (a stage's `PARAMS.load`: its declared keys, validated), set

@@ -15,9 +15,8 @@ import shlex
 from pathlib import Path
 
 import click
-import yaml
 
-from .config.base import ParamsError
+from .config.base import ParamsError, load_yaml
 
 from .config.params import parse_params
 
@@ -51,7 +50,7 @@ def _override(v: object) -> str:
 
 
 def _overlay(preset: Path) -> dict:
-    over = yaml.safe_load(preset.read_text()) or {}
+    over = load_yaml(preset.read_text()) or {}
     if not isinstance(over, dict):
         raise ParamsError(f"{preset}: top level must be a mapping")
     return over
@@ -60,7 +59,7 @@ def _overlay(preset: Path) -> dict:
 def merged(preset: Path, params: Path = Path("params.yaml")) -> dict:
     """params.yaml with the overlay merged key by key, as `dvc exp run -S` applies it (a
     list is replaced whole); validated against the whole params model (ParamsError)."""
-    full = _merge(yaml.safe_load(params.read_text()), _overlay(preset))
+    full = _merge(load_yaml(params.read_text()), _overlay(preset))
     parse_params(full, f"{params} + {preset}")
     return full
 
@@ -70,13 +69,22 @@ def flags(preset: Path, params: Path = Path("params.yaml")) -> list[str]:
     return [f"-S {shlex.quote(f'{k}={_override(v)}')}" for k, v in _flatten(_overlay(preset))]
 
 
+def known(folder: Path) -> list[str]:
+    """The presets a folder holds, by the name `make preset PRESET=...` takes."""
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
 @click.command("preset")
-@click.argument("preset", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("preset", type=click.Path(dir_okay=False, path_type=Path))
 @click.pass_obj
 def command(settings, preset):
     """Print `dvc exp run -S` flags for a params overlay.
 
     The overlay is validated against the whole params model first."""
+    if not preset.is_file():
+        names = known(preset.parent)
+        raise click.ClickException(f"{preset}: no such preset; {preset.parent}/ has "
+                                   + (", ".join(names) if names else "none"))
     try:
         click.echo(" ".join(flags(preset, settings.params)))
     except (ParamsError, OSError) as err:

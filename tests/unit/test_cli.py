@@ -157,3 +157,21 @@ def test_ctrl_c_and_a_full_disk_are_one_line(capsys):
     assert _run(disk_full) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("error: disk full") and "finished work is kept" in err
+
+
+def test_click_errors_read_like_the_stages(tmp_path):
+    """An unknown option or a tool's refusal prints `error: ...` as a stage's failure does,
+    not click's `Error: ...`; a usage error keeps click's usage line and hint above it."""
+    bad = _invoke("train", "--no-such-option")
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines()[-1].startswith("error: No such option '--no-such-option'")
+    assert "Error:" not in bad.output and bad.output.startswith("Usage: ")
+    missing = _invoke("preset", str(tmp_path / "nope.yaml"))
+    assert missing.exit_code == 1
+    assert missing.output.strip() == f"error: {tmp_path / 'nope.yaml'}: no such preset; {tmp_path}/ has none"
+
+
+def test_an_unknown_preset_lists_the_presets_there():
+    res = _invoke("preset", str(ROOT / "presets/nope.yaml"))
+    names = ", ".join(sorted(p.stem for p in (ROOT / "presets").glob("*.yaml")))
+    assert res.exit_code == 1 and res.output.strip().endswith(f"presets/ has {names}")

@@ -134,3 +134,17 @@ def test_chat_thinking_takes_yaml_on_and_off_as_meant():
         ["on", "off", "default"]
     with pytest.raises(ValueError):
         ChatParams.model_validate({"thinking": 1})
+
+
+def test_exponents_without_a_dot_are_floats_as_dvc_reads_them(tmp_path):
+    """`lr: 3e-4` written by hand: YAML 1.1 (PyYAML) reads it as text, YAML 1.2 (DVC's
+    parser, and so `dvc exp run -S train.lr=3e-4`) as a float; the params file reads as DVC
+    does. A quoted "3e-4" stays text and is refused, naming the key."""
+    text = (ROOT / "params.yaml").read_text()
+    assert "\n  lr: " in text
+    head, tail = text.split("\n  lr: ", 1)
+    (tmp_path / "params.yaml").write_text(head + "\n  lr: 3e-4" + tail[tail.index("\n"):])
+    assert load_params(tmp_path / "params.yaml").train.lr == 3e-4
+    (tmp_path / "params.yaml").write_text(head + '\n  lr: "3e-4"' + tail[tail.index("\n"):])
+    with pytest.raises(ParamsError, match=r"train.lr: .*'3e-4'"):
+        load_params(tmp_path / "params.yaml")

@@ -49,6 +49,23 @@ def format_error(err: ValidationError, source: str, prefix: str = "") -> str:
     return "\n".join(lines)
 
 
+class ParamsLoader(yaml.SafeLoader):
+    """YAML as DVC reads params (YAML 1.2): `3e-4` and `1e6` are floats. PyYAML's YAML 1.1
+    wants a dot (`3.0e-4`) and reads them as text, so `lr: 3e-4` written by hand would
+    fail as "not a number" here while `dvc exp run -S train.lr=3e-4` gives a float."""
+
+
+# Appended after PyYAML's own resolvers: ints and dotted floats resolve as before; only an
+# exponent without a dot, which YAML 1.1 leaves as text, becomes a float.
+_EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
+ParamsLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789"))
+
+
+def load_yaml(text: str):
+    """A params or preset file's text, parsed as DVC parses it."""
+    return yaml.load(text, Loader=ParamsLoader)  # noqa: S506 (a SafeLoader)
+
+
 def read_params_file(path: str | Path) -> dict:
     """params.yaml as a mapping; a missing file, bad YAML or another top level named."""
     path = Path(path)
@@ -56,7 +73,7 @@ def read_params_file(path: str | Path) -> dict:
         raise ParamsError(f"{path}: file not found")
     with path.open() as f:
         try:
-            data = yaml.safe_load(f)
+            data = load_yaml(f.read())
         except yaml.YAMLError as err:
             raise ParamsError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(data, dict):
