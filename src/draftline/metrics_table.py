@@ -63,7 +63,7 @@ def exp_show_args(root: Path = Path(".")) -> list[str]:
     """`dvc exp show` arguments for a table that reads piped and in a terminal: markdown (no
     truncated cells), the params that differ between the rows (`--only-changed`), and of
     the metrics only the headline ones: every other key of the metrics files is dropped
-    by name, which leaves the params' columns (`train.lr`) alone."""
+    by name, which leaves the params' columns (`train.lr`) alone; no deps' hashes."""
     sections = set(load_yaml((root / "params.yaml").read_text()) or {})
     names: set[str] = set()
     for stage in ("download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"):
@@ -77,9 +77,9 @@ def exp_show_args(root: Path = Path(".")) -> list[str]:
     drop = sorted(names - set(EXP_METRICS) - sections)
     args = ["exp", "show", "--no-pager", "--md", "--only-changed", "--precision", "4",
             "--keep", "^(Experiment|Created|" + "|".join(EXP_METRICS) + ")$"]
-    if drop:
-        args += ["--drop", "^(" + "|".join(map(re.escape, drop)) + r")(\.|$)"]
-    return args
+    # deps are paths (src/draftline/cli.py, data/seed): their hashes say nothing to a reader
+    patterns = [r".*/.*", r".*\.py"] + ["(" + "|".join(map(re.escape, drop)) + r")(\..*)?"] * bool(drop)
+    return args + ["--drop", "^(" + "|".join(patterns) + ")$"]
 
 
 def read_metrics(stage: str, rev: str, root: Path = Path(".")) -> dict | None:
