@@ -77,7 +77,7 @@ def exp_show_args(root: Path = Path(".")) -> list[str]:
     drop = sorted(names - set(EXP_METRICS) - sections)
     args = ["exp", "show", "--no-pager", "--md", "--only-changed", "--precision", "4",
             "--keep", "^(Experiment|Created|" + "|".join(EXP_METRICS) + ")$"]
-    # deps are paths (src/draftline/cli.py, data/seed): their hashes say nothing to a reader
+    # deps are columns named by their path (a .py file, a data folder): their hashes say nothing to a reader
     patterns = [r".*/.*", r".*\.py"] + ["(" + "|".join(map(re.escape, drop)) + r")(\..*)?"] * bool(drop)
     return args + ["--drop", "^(" + "|".join(patterns) + ")$"]
 
