@@ -2,7 +2,7 @@
 
     draftline benchmark --model DIR --info FILE --drafter DIR --eval FILE --results FILE --metrics FILE ...
 
-Ends by writing the drafter's model card beside its weights.
+The card stage then writes the drafter's model card from its metrics.
 
 A published drafter (z-lab's config.json + model.safetensors) on the same target and
 prompts, so its numbers compare with ours; its outputs go to a folder of its own:
@@ -29,7 +29,7 @@ from draftline.devices import compute_device
 PARAMS = Declared("benchmark", ("chat", "benchmark"), (ChatParams, BenchmarkParams))
 # The output options, as click names them; --out-dir stands for all of them.
 OUTPUTS = {"results": "--results", "metrics": "--metrics", "histogram_plot": "--histogram-plot",
-           "position_plot": "--position-plot", "card": "--card"}
+           "position_plot": "--position-plot"}
 
 
 @click.command("benchmark")
@@ -41,14 +41,13 @@ OUTPUTS = {"results": "--results", "metrics": "--metrics", "histogram_plot": "--
 @path_option("--metrics", "benchmark_metrics", "Writes: tau, tokens/s and speedup per eval source and method.")
 @path_option("--histogram-plot", "acceptance_plot", "Writes: share of verify steps per tokens produced (a dvc plot).")
 @path_option("--position-plot", "acceptance_position_plot", "Writes: acceptance per drafted position (a dvc plot).")
-@path_option("--card", "drafter_card", "Writes: the drafter's model card (README.md beside its weights).")
 @click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False),
               help="Writes: results.parquet, metrics.json, acceptance.tsv and acceptance_by_position.tsv here, "
-                   "and no model card, instead of the five options above: for a drafter this pipeline did not "
+                   "instead of the four options above: for a drafter this pipeline did not "
                    "train (z-lab's published ones).")
 @click.pass_obj
-def command(settings, model, info, drafter, eval, results, metrics, histogram_plot, position_plot, card, out_dir):
-    """Speculative decoding vs the target alone; the model card.
+def command(settings, model, info, drafter, eval, results, metrics, histogram_plot, position_plot, out_dir):
+    """Speculative decoding vs the target alone and baselines.
 
     Params: `benchmark`, `chat`. The held-out prompts decoded by the target alone, with the drafter
     and with baselines; any greedy output that differs from the target's fails the stage.
@@ -60,7 +59,7 @@ def command(settings, model, info, drafter, eval, results, metrics, histogram_pl
     before anything loads; metrics.json names the drafter (folder, weights' sha256)."""
     ctx = click.get_current_context()
     given = [flag for name, flag in OUTPUTS.items() if ctx.get_parameter_source(name) != ParameterSource.DEFAULT]
-    out = BenchmarkFiles(results, metrics, histogram_plot, position_plot, card)
+    out = BenchmarkFiles(results, metrics, histogram_plot, position_plot)
     run_stage(settings, PARAMS.load, lambda params: run(params, model, info, drafter, eval,
                                                         _outputs(out, drafter, out_dir, given),
                                                         compute_device(settings.device), settings.target_device_map))
@@ -68,7 +67,7 @@ def command(settings, model, info, drafter, eval, results, metrics, histogram_pl
 
 def _outputs(out: BenchmarkFiles, drafter: Path, out_dir: Path | None, given: list[str]) -> BenchmarkFiles:
     """Where this run writes. A drafter other than the pipeline's never writes over the
-    pipeline's outputs nor a card into its own folder (someone else's)."""
+    pipeline's outputs."""
     if out_dir is not None:
         if given:
             raise ValueError(f"--out-dir replaces {given[0]}: give one or the other")
@@ -83,7 +82,4 @@ def _outputs(out: BenchmarkFiles, drafter: Path, out_dir: Path | None, given: li
     if defaulted:
         raise ValueError(f"--drafter {drafter}: not the pipeline's drafter ({own}), so its {defaulted[0]} would "
                          "overwrite the pipeline's: give --out-dir DIR")
-    if out.card.resolve().parent == drafter.resolve():
-        raise ValueError(f"--card {out.card}: inside {drafter}, a drafter folder this pipeline did not write: "
-                         "give --out-dir DIR, or a --card elsewhere")
     return out

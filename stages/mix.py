@@ -21,7 +21,7 @@ PARAMS = Declared("mix", ("mix",), (MixParams,))
 @path_option("--eval", "mix_eval", "Writes: the held-out benchmark prompts.")
 @path_option("--metrics", "mix_metrics", "Writes: counts removed and kept, by source and category; time, rows/s, "
                                          "peak memory.")
-@path_option("--plot", "mix_plot", "Writes: prompts per category before and after (a dvc plot).")
+@path_option("--plot", "mix_plot", "Writes: prompts per category before and after, a column each (a dvc plot).")
 @click.pass_obj
 def command(settings, prompts, train, eval, metrics, plot):
     """Dedupe, decontaminate, weight by category, split.

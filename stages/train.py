@@ -37,15 +37,14 @@ PARAMS = Declared("train", ("drafter", "extract.dtype", "train"), (DrafterParams
 @path_option("--live", "train_live", "Writes, step by step (DVCLive): metrics.json (the latest values) and "
                                     "plots/metrics/ (loss, lr, grad norm, accuracy per position, steps/s, tokens/s, "
                                     "held-out loss and tau estimate).")
-@path_option("--eval-plot", "train_eval_plot", "Writes: held-out loss and tau estimate per eval (a dvc plot).")
 @path_option("--position-plot", "train_position_plot", "Writes: final accuracy per block position (a dvc plot).")
 @click.pass_obj
-def command(settings, model, info, hidden, tokens, out, state, metrics, live, eval_plot, position_plot):
+def command(settings, model, info, hidden, tokens, out, state, metrics, live, position_plot):
     """Train the drafter on the target's hidden states (stored, or computed as it trains).
 
     Params: `train`, `drafter`. train.processes_per_node / nodes > 1: starts torchrun itself (or run it
     under your own torchrun); data parallel; resumes from --state."""
-    plots = {"live": live, "eval": eval_plot, "position": position_plot}
+    plots = {"live": live, "position": position_plot}
 
     def stage(params):
         if launches(params.train):

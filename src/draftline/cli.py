@@ -22,11 +22,10 @@ from .command import Settings, show_click_error
 
 # name -> module defining `command`; the pipeline's order, as dvc.yaml runs it.
 STAGES = {name: f"stages.{name}" for name in (
-    "check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark")}
+    "check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark", "card")}
 TOOLS = {
     "doctor": "draftline.doctor.command",
     "inspect": "draftline.sequences.inspect",
-    "card": "draftline.decode.card",
     "preset": "draftline.presets",
     "results": "draftline.results",
     "metrics": "draftline.metrics_table",

@@ -116,8 +116,16 @@ def _change(a, b, digits: int) -> str:
     return f"{d:+,.0f}" if digits == 0 else f"{d:+.{digits}f}"
 
 
-def table(revs: list[str], root: Path = Path(".")) -> list[str]:
-    """The headline rows for one or two revisions (two: with their change)."""
+@dataclass(frozen=True)
+class Headline:
+    """The headline table as cells, for text (`table`) and for HTML (the plots page)."""
+    header: list[str]  # metric, one column per revision (two: and their change)
+    rows: list[list[str]]  # formatted values, "-" where a revision lacks the key
+    devices: dict[str, str]  # the benchmark's device per revision, where its metrics name one
+
+
+def headline(revs: list[str], root: Path = Path(".")) -> Headline:
+    """The headline rows for one or more revisions (two: with their change)."""
     files = {(stage, rev): read_metrics(stage, rev, root) for stage in {r.stage for r in HEADLINE} for rev in revs}
     rows = []
     for r in HEADLINE:
@@ -127,13 +135,18 @@ def table(revs: list[str], root: Path = Path(".")) -> list[str]:
             cells.append(_change(*vals, r.digits))
         rows.append(cells)
     header = ["metric", *revs] + (["change"] if len(revs) == 2 else [])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    device = {rev: (files["benchmark", rev] or {}).get("device") for rev in revs}
+    return Headline(header, rows, {rev: str(d) for rev, d in device.items() if d})
+
+
+def table(revs: list[str], root: Path = Path(".")) -> list[str]:
+    """The headline rows for one or two revisions (two: with their change), as aligned text."""
+    h = headline(revs, root)
+    widths = [max(len(row[i]) for row in [h.header, *h.rows]) for i in range(len(h.header))]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
                                    for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    device = {rev: (files["benchmark", rev] or {}).get("device") for rev in revs}
-    foot = [f"benchmark device: {', '.join(f'{rev} {d}' for rev, d in device.items() if d)}"] \
-        if any(device.values()) else []
-    return [line(header), line(["-" * w for w in widths]), *map(line, rows), *foot]
+    foot = [f"benchmark device: {', '.join(f'{rev} {d}' for rev, d in h.devices.items())}"] if h.devices else []
+    return [line(h.header), line(["-" * w for w in widths]), *map(line, h.rows), *foot]
 
 
 @click.command("metrics")

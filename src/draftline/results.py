@@ -4,7 +4,9 @@
     draftline results --check    # exits 1 when README.md's block differs from the metrics
 
 The README shows current numbers only, and only numbers the committed metrics hold: the
-block is rebuilt from `dvc metrics` files, never typed by hand.
+block, its prose included, is rebuilt from `dvc metrics` files, never typed by hand. It
+names the run they came from (the commit and day the benchmark recorded, revision.py, and
+its machine), so a README and its numbers cannot drift apart.
 """
 
 from __future__ import annotations
@@ -30,10 +32,19 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def provenance(benchmark: dict) -> str:
+    """Which run the metrics came from: commit, day and machine, as the benchmark recorded them."""
+    run = benchmark.get("run") or {}
+    commit = f"commit `{run['commit']}`" if run.get("commit") else "an unrecorded commit"
+    return (f"The committed `dvc.lock`, metrics and plots come from `make all` at {commit} on "
+            f"{benchmark.get('device', 'an unrecorded machine')}, {run.get('date', 'undated')}; the tables below are "
+            "generated from those metrics (`make results`).")
+
+
 def tables(benchmark: dict, train: dict, regenerate: dict, extract: dict, tokenize: dict) -> list[str]:
     greedy = benchmark.get("greedy") or {}
     sources = list(greedy)
-    out = [f"Greedy decoding, {benchmark.get('requests')} held-out requests of {benchmark.get('max_new_tokens')} "
+    out = [provenance(benchmark), "", f"Greedy decoding, {benchmark.get('requests')} held-out requests of {benchmark.get('max_new_tokens')} "
            f"new tokens, block size {benchmark.get('block_size')}, on {benchmark.get('device')}; tau = tokens per "
            f"target forward pass; greedy outputs that differ from the target's own: "
            f"{benchmark.get('mismatches')}.", "",

@@ -1,5 +1,5 @@
 """The drafter's config.json, read by the serving engines' own code (the releases named in
-decode/card.py `ENGINES_CHECKED`), gives what the drafter trains with, for the three target
+card/serving.py `ENGINES_CHECKED`), gives what the drafter trains with, for the three target
 layouts (the embedded Llama, Qwen3.6-class, Kimi-K2.6-class with its yarn rotary): the
 cos/sin tables and yarn's multiplier, the softmax scale, the target layers captured, the
 mask token and the block size.
@@ -39,7 +39,8 @@ vllm = pytest.importorskip("vllm")
 sglang = pytest.importorskip("sglang")
 
 from draftline.config.drafter import DrafterParams  # noqa: E402
-from draftline.decode.card import ENGINES_CHECKED, render  # noqa: E402
+from draftline.card.render import architecture, block_size  # noqa: E402
+from draftline.card.serving import ENGINES_CHECKED, serving_section  # noqa: E402
 from draftline.drafter.model import build_drafter, drafter_config, save_drafter  # noqa: E402
 from draftline.hidden.capture import LayerOutputs  # noqa: E402
 
@@ -326,7 +327,8 @@ def test_both_engines_use_our_mask_token_and_block(export):
     # config's (default 16). vLLM 0.33.0 v1/spec_decode/dflash.py: 1 + num_speculative_tokens
     # query slots a request, the anchor then the masks. The card's serve commands say so.
     assert parsed.resolve_block_size(default=16) == ours.block_size
-    card = render(json.loads(json.dumps(cfg.to_dict())), {}, {}, "d")
+    exported = json.loads(json.dumps(cfg.to_dict()))
+    card = "\n".join(serving_section(architecture(exported), block_size(exported), "t", "d", True))
     spec = json.loads(card.split("--speculative-config '")[1].split("'")[0])
     assert 1 + spec["num_speculative_tokens"] == ours.block_size
     assert f"--speculative-num-draft-tokens {ours.block_size}" in card

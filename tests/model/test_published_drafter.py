@@ -34,8 +34,7 @@ from draftline.target.info import describe
 PROMPTS = ["Write a Python function that adds two numbers.", "What is the capital of France?",
            "List three colors.", "Write a haiku about rain."]
 # The pipeline's own outputs, which benchmarking a published drafter must leave alone.
-PIPELINE_OUTPUTS = ("bench_results", "benchmark_metrics", "acceptance_plot", "acceptance_position_plot",
-                    "drafter_card")
+PIPELINE_OUTPUTS = ("bench_results", "benchmark_metrics", "acceptance_plot", "acceptance_position_plot")
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +100,8 @@ def _snapshot(folder: Path) -> dict:
 
 def test_published_format_benchmarks_like_our_export(project, published, target_dir, tmp_path):
     root, declared = project
-    ours = _benchmark(root, target_dir)  # as dvc.yaml runs it: the pipeline's drafter, outputs and card
+    ours = _benchmark(root, target_dir)  # as dvc.yaml runs it: the pipeline's drafter and outputs
     assert ours.exit_code == 0, ours.output
-    assert declared["drafter_card"].exists()
     pipeline = {k: declared[k].read_bytes() for k in PIPELINE_OUTPUTS}
     before = _snapshot(published)
 
@@ -152,16 +150,13 @@ def test_a_drafter_for_another_target_is_refused_in_one_line(project, published,
 
 
 def test_outputs_of_a_drafter_not_the_pipelines_go_elsewhere(project, published, target_dir, tmp_path):
-    """Refused before anything loads: the pipeline's outputs as defaults, a card into the
-    drafter's own folder, --out-dir beside an output option."""
+    """Refused before anything loads: the pipeline's outputs as defaults, --out-dir beside
+    an output option."""
     root, declared = project
     pipeline = {k: declared[k].read_bytes() for k in PIPELINE_OUTPUTS if declared[k].exists()}
-    explicit = [a for flag, name in (("--results", "r.parquet"), ("--metrics", "m.json"),
-                                     ("--histogram-plot", "h.tsv"), ("--position-plot", "p.tsv"))
-                for a in (flag, str(tmp_path / name))]
+    some = ["--results", str(tmp_path / "r.parquet"), "--metrics", str(tmp_path / "m.json")]
     cases = [([], "its --results would overwrite the pipeline's: give --out-dir DIR"),
-             (explicit, "its --card would overwrite the pipeline's"),
-             (explicit + ["--card", str(published / "README.md")], "a drafter folder this pipeline did not write"),
+             (some, "its --histogram-plot would overwrite the pipeline's"),
              (["--out-dir", str(tmp_path / "o"), "--metrics", "m.json"], "--out-dir replaces --metrics")]
     for args, message in cases:
         res = _benchmark(root, target_dir, "--drafter", str(published), *args)

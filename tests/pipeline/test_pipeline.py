@@ -38,7 +38,9 @@ def repo(tmp_path_factory):
     # The users' smoke preset over the default params, merged as `make preset PRESET=smoke` does.
     params = merged(ROOT / "presets" / "smoke.yaml", ROOT / "params.yaml")
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run_command("git init -q && dvc init -q && git add -A && git commit -qm init", repo)
+    run_command("git init -q && dvc init -q", repo)
+    shutil.copytree(ROOT / ".dvc/plots", repo / ".dvc/plots")  # the templates dvc.yaml's plots name
+    run_command("git add -A && git commit -qm init", repo)
     # Stages import draftline from the copy under test, not the installed checkout.
     os.environ["PYTHONPATH"] = pythonpath
     first = run_command("dvc repro", repo)
@@ -55,7 +57,8 @@ def test_full_run_produces_every_output(repo):
               "data/drafter/model.safetensors", "data/drafter/README.md", "data/bench/results.parquet", "dvc.lock",
               "data/plots/mix.tsv", "data/train_live/metrics.json", "data/train_live/plots/metrics/train/loss.tsv",
               "data/plots/acceptance.tsv",
-              "data/plots/acceptance_by_position.tsv", "data/plots/train_eval.tsv"]:
+              "data/plots/acceptance_by_position.tsv", "data/train_live/plots/metrics/eval/tau_estimate.tsv",
+              "data/plots/train_position_acc.tsv"]:
         assert (repo / f).exists(), f
     assert not (repo / "data/regen_work").exists()  # resume shards are cleared when done
     info = json.loads((repo / "data/target/info.json").read_text())
@@ -76,7 +79,8 @@ def test_full_run_produces_every_output(repo):
     assert bench["tau_tree_4"] == bench["greedy"]["all"]["tree_4"]["tau"] >= 1.0
     assert bench["greedy"]["mtbench"]["requests"] == 2
     card = (repo / "data/drafter/README.md").read_text()  # the drafter folder is ready to publish
-    assert card.startswith("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n")
+    assert card.startswith("---\nlicense: apache-2.0\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n")
+    assert "## Training data" in card and "## Training\n" in card and "## Target" in card
     assert f"{bench['greedy']['humaneval']['dflash']['tau']:.3f}" in card
     assert '"num_speculative_tokens": 3' in card and "--speculative-num-draft-tokens 4" in card
     metrics = run_command("dvc metrics show --json", repo).stdout

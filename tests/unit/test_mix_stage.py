@@ -58,4 +58,8 @@ def test_mix_is_byte_identical_and_reports(tmp_path):
     assert not train_ids & set(pq.read_table(tmp_path / "a/eval.parquet").column("id").to_pylist())
     assert sum(m["by_source_before"].values()) == m["train_before"]
     assert set(m["by_category_after"]) >= {"coding", "math", "chat"}
-    assert b"category\tstage\tprompts" in a["mix.tsv"]
+    # the plot: a column per series, before and after (dvc.yaml draws them side by side)
+    plot = [line.split("\t") for line in a["mix.tsv"].decode().splitlines()]
+    assert plot[0] == ["category", "before", "after"]
+    assert {c: (int(b), int(f)) for c, b, f in plot[1:]} == \
+        {c: (m["by_category_before"][c], m["by_category_after"][c]) for c in m["by_category_after"]}

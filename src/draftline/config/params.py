@@ -13,6 +13,7 @@ from pydantic import ValidationError, model_validator
 
 from .base import ParamsError, Section, format_error, read_params_file
 from .benchmark import BenchmarkParams
+from .card import CardParams
 from .chat import ChatParams
 from .download import DownloadParams
 from .drafter import DrafterParams
@@ -24,7 +25,7 @@ from .tokenize import TokenizeParams
 from .train import TrainParams
 
 SECTIONS = (TargetParams, DrafterParams, DownloadParams, MixParams, ChatParams, RegenerateParams, TokenizeParams,
-            ExtractParams, TrainParams, BenchmarkParams)
+            ExtractParams, TrainParams, BenchmarkParams, CardParams)
 
 
 class Params(Section):
@@ -38,6 +39,7 @@ class Params(Section):
     extract: ExtractParams = ExtractParams()
     train: TrainParams = TrainParams()
     benchmark: BenchmarkParams = BenchmarkParams()
+    card: CardParams = CardParams()
 
     @model_validator(mode="after")
     def _teacher_stored(self):

@@ -2,11 +2,11 @@
 
     draftline benchmark --model DIR --info FILE --drafter DIR --eval FILE --results FILE --metrics FILE ...
 
-Ends by writing the drafter's model card (card.py) beside its weights.
+The card stage then writes the drafter's model card from these metrics.
 
 A published drafter (z-lab's config.json + model.safetensors) runs on the same target and
 prompts once `check_fits` has found it made for this target; its files go elsewhere
-(`BenchmarkFiles.under`), with no card, and the metrics name the drafter either way.
+(`BenchmarkFiles.under`), and the metrics name the drafter either way.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 from ..devices import compute_device, describe
 from ..drafter.model import ARCHITECTURES, DrafterError, build_drafter, load_drafter
 from ..io import read_json, read_parquet, write_json, write_parquet, write_tsv
+from ..revision import checkout
 from ..target.info import TargetInfo
 from ..target.load import load_model, load_tokenizer
-from .card import write_card
 from .measure import BenchmarkFailure, run_benchmark
 
 
@@ -32,19 +32,18 @@ class BenchmarkFiles:
     metrics: Path  # tau, tokens/s and speedup per eval source and method
     hist_plot: Path  # share of verify steps per tokens produced (a dvc plot)
     pos_plot: Path  # acceptance per drafted position (a dvc plot)
-    card: Path | None  # the drafter's model card, beside its weights; None: no card
 
     @classmethod
     def under(cls, folder: Path) -> "BenchmarkFiles":
-        """Everything in `folder`, and no card: for a drafter this pipeline did not train."""
+        """Everything in `folder`: for a drafter this pipeline did not train."""
         return cls(folder / "results.parquet", folder / "metrics.json", folder / "acceptance.tsv",
-                   folder / "acceptance_by_position.tsv", None)
+                   folder / "acceptance_by_position.tsv")
 
 
 def run(params, model_dir: Path, info_file: Path, drafter_dir: Path, eval_file: Path, out: BenchmarkFiles,
         device=None, device_map: str | None = None) -> None:
     """Check the drafter fits the target, load, decode every held-out prompt by each method,
-    write `out` (the card last, if any, and only when every greedy decode matched the target's)."""
+    write `out`; fail when any greedy decode differs from the target's."""
     info = TargetInfo.load(info_file)
     check_fits(drafter_dir, info, info_file)
     drafter = drafter_identity(drafter_dir)
@@ -55,13 +54,12 @@ def run(params, model_dir: Path, info_file: Path, drafter_dir: Path, eval_file: 
                                   info.eos_token_ids, B, params.chat.template_kwargs())
     metrics["device"] = describe(target.device)
     metrics["drafter"] = drafter
+    metrics["run"] = checkout()  # the commit and day, which the README's results name
     _write(out, metrics, rows, B)
     if metrics["mismatches"]:
         raise BenchmarkFailure(f"benchmark: {metrics['mismatches']} greedy decode(s) differ from the target's "
                                f"greedy output (see {out.results})")
-    if out.card is not None:
-        write_card(drafter_dir, info_file, out.metrics, out.card)
-    print(_summary(metrics, f"model card {out.card}" if out.card else f"metrics {out.metrics}"))
+    print(_summary(metrics, f"metrics {out.metrics}"))
 
 
 def check_fits(drafter_dir: Path, info: TargetInfo, info_file: Path) -> None:

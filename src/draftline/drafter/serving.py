@@ -13,7 +13,7 @@ is given, which it takes as-is; SGLang captures "before layer i + 1"). Sliding l
 causal within the block, full layers not (`dflash_config.causal` / `is_causal` override it).
 
 tests/engines/test_engine_contracts.py feeds an export to the engines' own code (the
-versions in decode/card.py `ENGINES_CHECKED`) and compares with what the drafter trained on.
+versions in card/serving.py `ENGINES_CHECKED`) and compares with what the drafter trained on.
 """
 
 from __future__ import annotations

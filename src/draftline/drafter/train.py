@@ -153,8 +153,6 @@ def _report(log, dp, tp, drafter, world, elapsed, n_train, n_val, mask_id, metri
         metrics.update({"val_loss": ev["loss"], "val_acc_1": ev["acc_by_pos"][0],
                         "val_tau_estimate": ev["tau_estimate"]})
     write_json(metrics_file, metrics)
-    write_tsv(plots["eval"], ["step", "val_loss", "val_acc_1", "val_tau_estimate"],
-              [[e["step"], e["loss"], e["acc_by_pos"][0], e["tau_estimate"]] for e in log.evals])
     final_acc = log.evals[-1]["acc_by_pos"] if log.evals else [last[f"acc_{k}"] for k in range(1, B)]
     write_tsv(plots["position"], ["position", "accuracy"], [[k + 1, a] for k, a in enumerate(final_acc)])
     print(f"train: {last['step']} steps in {elapsed:.0f}s, loss {metrics['train_loss']:.3f}, "

@@ -73,8 +73,8 @@ def run(params, prompts: Path, train_out: Path, eval_out: Path, metrics: Path, p
         "by_category_after": {c: after.get(c, 0) for c in cats}, "warnings": warnings,
         "cost": cost.report(read),
     })
-    rows_plot = [[c, "before", before.get(c, 0)] for c in cats] + [[c, "after", after.get(c, 0)] for c in cats]
-    write_tsv(plot, ["category", "stage", "prompts"], rows_plot)
+    # wide, a column per series: dvc.yaml's plot draws before and after side by side
+    write_tsv(plot, ["category", "before", "after"], [[c, before.get(c, 0), after.get(c, 0)] for c in cats])
     print(f"mix: {mixed.height} prompts ({dup} duplicates, {sum(near.values())} near-duplicates, "
           f"{sum(contaminated.values())} contaminated removed); "
           f"{evals.height} eval prompts")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..io import atomic_path
+from . import licensing
 from .load import POINTER, TargetError
 
 if TYPE_CHECKING:  # annotations only: the stage imports the config of the sections it reads
@@ -118,7 +119,8 @@ def materialize(target: TargetParams, out_model: Path) -> dict:
             gguf = embedded_gguf()
             _convert_gguf(gguf, tmp)
             prov = {"source": "embedded", "gguf_file": gguf.name, "gguf_sha256": _sha256(gguf),
-                    "package": EMBEDDED_PACKAGE, "base_model": EMBEDDED_HUB_ID}
+                    "package": EMBEDDED_PACKAGE, "base_model": EMBEDDED_HUB_ID,
+                    "license": licensing.from_package(EMBEDDED_PACKAGE)}
         else:
             local = Path(target.source)
             if local.exists():
@@ -127,7 +129,8 @@ def materialize(target: TargetParams, out_model: Path) -> dict:
                 path, rev = local, None
             else:
                 path, rev = _resolve_hub(target.source, target.revision)
-            prov = {"source": target.source, "revision": rev or target.revision}
+            prov = {"source": target.source, "revision": rev or target.revision,
+                    "license": licensing.from_model_card(path)}
             if not local.exists():
                 prov["base_model"] = target.source  # a hub id: what a model card names
             if target.materialize:
