@@ -126,8 +126,8 @@ diff: $(STAMP)
 	if [ -n "$(FULL)" ]; then dvc metrics diff $(REV) $(if $(WORKSPACE),,HEAD); \
 	else draftline metrics --rev $(REV) --rev $$b; fi
 
-# Experiments: the params that differ between them and the headline metrics, as a markdown
-# table (readable piped); FULL=1: `dvc exp show` as it is.
+# Experiments: one column each, the params that differ between them and the headline
+# metrics as rows (fits 100 columns, piped or not); FULL=1: `dvc exp show` as it is.
 exps: $(STAMP)
 	@if [ -n "$(FULL)" ]; then dvc exp show; else draftline metrics --experiments; fi
 

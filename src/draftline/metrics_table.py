@@ -3,7 +3,8 @@
     draftline metrics                          # the workspace's metrics
     draftline metrics --rev HEAD~1 --rev HEAD  # two commits, and the change
     draftline metrics --rev HEAD --rev workspace
-    draftline metrics --experiments            # dvc exp show: changed params, headline metrics
+    draftline metrics --experiments            # one column per experiment: the params that
+                                               # differ, the headline metrics
 
 `dvc metrics show` and `dvc metrics diff` print every key of every stage (255 columns on
 the default); this prints the headline ones, read from the files dvc.yaml declares, at a
@@ -13,7 +14,6 @@ git revision (`git show REV:path`) or in the workspace.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,6 @@ from pathlib import Path
 import click
 
 from . import paths
-from .config.base import load_yaml
 
 WORKSPACE = "workspace"
 
@@ -54,34 +53,6 @@ HEADLINE = (
 )
 
 
-# The headline metrics by the column name `dvc exp show` gives them (the key's last part
-# where it is unique across the metrics files).
-EXP_METRICS = ("tau", "speedup", "mismatches", "train_loss", "val_tau_estimate")
-
-
-def exp_show_args(root: Path = Path(".")) -> list[str]:
-    """`dvc exp show` arguments for a table that reads piped and in a terminal: markdown (no
-    truncated cells), the params that differ between the rows (`--only-changed`), and of
-    the metrics only the headline ones: every other key of the metrics files is dropped
-    by name, which leaves the params' columns (`train.lr`) alone; no deps' hashes."""
-    sections = set(load_yaml((root / "params.yaml").read_text()) or {})
-    names: set[str] = set()
-    for stage in ("download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"):
-        try:
-            metrics = read_metrics(stage, WORKSPACE, root) or {}
-        except paths.PathsError:  # a project that declares fewer stages
-            continue
-        for key, val in metrics.items():
-            # a metric named like a params section (benchmark's `drafter`): its own keys only
-            names |= {f"{key}.{sub}" for sub in val} if key in sections and isinstance(val, dict) else {key}
-    drop = sorted(names - set(EXP_METRICS) - sections)
-    args = ["exp", "show", "--no-pager", "--md", "--only-changed", "--precision", "4",
-            "--keep", "^(Experiment|Created|" + "|".join(EXP_METRICS) + ")$"]
-    # deps are columns named by their path (a .py file, a data folder): their hashes say nothing to a reader
-    patterns = [r".*/.*", r".*\.py"] + ["(" + "|".join(map(re.escape, drop)) + r")(\..*)?"] * bool(drop)
-    return args + ["--drop", "^(" + "|".join(patterns) + ")$"]
-
-
 def read_metrics(stage: str, rev: str, root: Path = Path(".")) -> dict | None:
     """A stage's metrics at `rev` (a git revision, or the workspace); None where absent."""
     path = paths.declared(f"{stage}_metrics", root / "dvc.yaml")  # relative to the root
@@ -101,7 +72,7 @@ def value(metrics: dict | None, key: str):
     return node if isinstance(node, (int, float)) and not isinstance(node, bool) else None
 
 
-def _fmt(x, digits: int) -> str:
+def formatted(x, digits: int) -> str:
     if x is None:
         return "-"
     return f"{x:,.0f}" if digits == 0 else f"{x:.{digits}f}"
@@ -130,7 +101,7 @@ def headline(revs: list[str], root: Path = Path(".")) -> Headline:
     rows = []
     for r in HEADLINE:
         vals = [value(files[r.stage, rev], r.key) for rev in revs]
-        cells = [r.label, *(_fmt(v, r.digits) for v in vals)]
+        cells = [r.label, *(formatted(v, r.digits) for v in vals)]
         if len(revs) == 2:
             cells.append(_change(*vals, r.digits))
         rows.append(cells)
@@ -141,25 +112,41 @@ def headline(revs: list[str], root: Path = Path(".")) -> Headline:
 
 def table(revs: list[str], root: Path = Path(".")) -> list[str]:
     """The headline rows for one or two revisions (two: with their change), as aligned text."""
-    h = headline(revs, root)
+    return aligned(headline(revs, root))
+
+
+def aligned(h: Headline) -> list[str]:
+    """A Headline as text: labels left, values right, the benchmark's devices below."""
     widths = [max(len(row[i]) for row in [h.header, *h.rows]) for i in range(len(h.header))]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
                                    for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    foot = [f"benchmark device: {', '.join(f'{rev} {d}' for rev, d in h.devices.items())}"] if h.devices else []
-    return [line(h.header), line(["-" * w for w in widths]), *map(line, h.rows), *foot]
+    return [line(h.header), line(["-" * w for w in widths]), *map(line, h.rows), *_devices(h.devices)]
+
+
+def _devices(devices: dict[str, str]) -> list[str]:
+    """The benchmark's machine: once when every column ran on the same, else per column."""
+    if not devices:
+        return []
+    if len(set(devices.values())) == 1:
+        return [f"benchmark device: {next(iter(devices.values()))}"]
+    return [f"benchmark device: {', '.join(f'{rev} {d}' for rev, d in devices.items())}"]
 
 
 @click.command("metrics")
 @click.option("--rev", "revs", multiple=True, help="A git revision, or `workspace`; twice: compared.  "
                                                    "[default: workspace]")
-@click.option("--experiments", is_flag=True, help="`dvc exp show`: the params that differ, the headline metrics.")
+@click.option("--experiments", is_flag=True, help="The experiments (`dvc exp show`), one column each: the params "
+                                                 "that differ, the headline metrics.")
 def command(revs, experiments):
     """The headline metrics, one narrow table; two revisions side by side.
 
     Tau per benchmark, speedup, prompt lookup, train loss and rate, counts. Every metric:
     `dvc metrics show` / `dvc metrics diff A B`."""
     if experiments:
-        raise SystemExit(subprocess.run(["dvc", *exp_show_args()]).returncode)
+        from .experiments_table import experiments_headline
+
+        click.echo("\n".join(aligned(experiments_headline())))
+        return
     revs = list(revs) or [WORKSPACE]
     if len(revs) > 2:
         raise click.UsageError("--rev: at most two revisions")
