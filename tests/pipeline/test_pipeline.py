@@ -15,7 +15,7 @@ from draftline.presets import merged
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark"]
+STAGES = ["check", "target", "download", "mix", "regenerate", "tokenize", "extract", "train", "benchmark", "card"]
 
 
 def _ran(out: str) -> set[str]:
@@ -105,12 +105,13 @@ def test_masked_tokens_decode_to_the_regenerated_answers(repo):
         assert tok.decode(masked) == want, row["id"]
 
 
-def test_changing_train_lr_reruns_only_train_and_benchmark(repo):
+def test_changing_train_lr_reruns_only_train_benchmark_and_card(repo):
     repo, _ = repo
     run_command("git add -A && git commit -qm first", repo)
     _set(repo, "train", "lr", 0.002)
     out = run_command("dvc repro", repo).stdout
-    assert _ran(out) == {"check", "train", "benchmark"}  # check: any edit to params.yaml is validated
+    # check: any edit to params.yaml is validated; card: the card states the recipe
+    assert _ran(out) == {"check", "train", "benchmark", "card"}
     # Comparing runs: tau per benchmark in `dvc metrics diff`, acceptance curves in `dvc plots diff`.
     diff = json.loads(run_command("dvc metrics diff HEAD --all --json", repo).stdout)
     keys = set(diff["data/metrics/benchmark.json"])
@@ -123,7 +124,7 @@ def test_changing_regenerate_reruns_from_regenerate_on(repo):
     repo, _ = repo
     _set(repo, "regenerate", "max_new_tokens", 20)
     out = run_command("dvc repro", repo).stdout
-    assert _ran(out) == {"check", "regenerate", "tokenize", "extract", "train", "benchmark"}
+    assert _ran(out) == {"check", "regenerate", "tokenize", "extract", "train", "benchmark", "card"}
 
 
 def test_unknown_key_stops_the_stage_with_its_name(repo):
@@ -181,12 +182,14 @@ KEY_READERS = [
     ("chat.thinking", "off", {"regenerate", "tokenize", "benchmark"}),
     ("extract.teacher", "top_k", {"extract"}),
     ("extract.dtype", "float32", {"extract", "train"}),
-    ("train.features", "online", {"extract", "train"}),
-    ("train.lr", 0.0123, {"train"}),
+    ("train.features", "online", {"extract", "train", "card"}),  # the card states the recipe
+    ("train.lr", 0.0123, {"train", "card"}),
     ("target.dtype", "bfloat16", {"target", "regenerate"}),
     ("target.trust_remote_code", True, {"target", "extract"}),  # vLLM's engine reads it
     ("regenerate.min_top1_agreement", 0.95, {"regenerate"}),
     ("benchmark.max_new_tokens", 8, {"benchmark"}),
+    ("card.repo", "me/drafter", {"card"}),  # publishing reruns the card, not the decoding
+    ("card.license", "mit", {"card"}),
 ]
 
 
