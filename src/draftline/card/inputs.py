@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..io import read_json
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,7 @@ class CardFiles:
         return next((p for p in needed if not p.exists()), None)
 
     def read(self, params) -> CardInputs:
-        def load(path: Path) -> dict:
-            return json.loads(path.read_text())
-
+        load = read_json
         return CardInputs(
             config=load(self.drafter / "config.json"), info=load(self.info), benchmark=load(self.benchmark),
             download=load(self.download), mix=load(self.mix), regenerate=load(self.regenerate),
