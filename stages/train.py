@@ -20,7 +20,9 @@ from draftline.drafter.model import DRAFTER_FILES
 from draftline.drafter.train import run
 from draftline.launch import launches, relaunch
 
-PARAMS = Declared("train", ("drafter", "extract.dtype", "train"), (DrafterParams, ExtractParams, TrainParams))
+# extract.dtype and state_dtype: online features compute and store-round the states as extract would.
+PARAMS = Declared("train", ("drafter", "extract.dtype", "extract.state_dtype", "train"),
+                  (DrafterParams, ExtractParams, TrainParams))
 
 
 @click.command("train")

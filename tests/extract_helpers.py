@@ -18,11 +18,11 @@ from draftline.hidden.write import write_shards
 
 def extract_in_process(model, rows: list[dict], layer_ids: list[int], folder: Path, batch_tokens: int = 8192,
                        pad_id: int = 0, shard_bytes: int = 2_000_000_000, teacher: str = "final",
-                       top_k: int = 32) -> dict:
+                       top_k: int = 32, state_dtype: str = "bfloat16") -> dict:
     """Shards, index.json and manifest.json of `rows` in `folder`, as the stage writes them;
     returns the writer's counts."""
     hidden = model.config.get_text_config().hidden_size
-    record = Record(hidden, len(layer_ids), teacher, top_k if teacher == "top_k" else 0)
+    record = Record(hidden, len(layer_ids), teacher, top_k if teacher == "top_k" else 0, state_dtype)
     the_plan = plan([len(r["input_ids"]) for r in rows], record, shard_bytes)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

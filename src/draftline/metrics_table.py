@@ -42,6 +42,7 @@ HEADLINE = (
     Row("greedy mismatches", "benchmark", "mismatches", 0),
     Row("train loss", "train", "train_loss", 3),
     Row("held-out tau estimate", "train", "val_tau_estimate", 3),
+    Row("held-out CE", "train", "val_ce", 3),
     Row("train steps", "train", "steps", 0),
     Row("train steps/s", "train", "steps_per_second", 2),
     Row("train prompts (mix)", "mix", "train_after", 0),
@@ -50,6 +51,7 @@ HEADLINE = (
     Row("sequences", "tokenize", "rows", 0),
     Row("supervised tokens", "tokenize", "supervised_tokens", 0),
     Row("extracted tokens/s", "extract", "tokens_per_second", 0),
+    Row("hidden states, GB", "extract", "gb_written", 3),
 )
 
 

@@ -116,9 +116,57 @@ def test_two_processes_write_what_one_does(base, whole, tmp_path, launch):
     assert sorted(s.id for s in seqs) == [f"r{i:02d}" for i in range(N_ROWS)]
 
 
+@pytest.fixture(scope="module")
+def whole_fp8(base, tmp_path_factory) -> Path:
+    """`whole` with extract.state_dtype: float8_e4m3fn."""
+    folder = _copy(base, tmp_path_factory.mktemp("whole-fp8") / "p", state_dtype="float8_e4m3fn")
+    m = _extract(folder)
+    assert m["bytes_per_token"] == Record(64, 2, "final", 0, "float8_e4m3fn").bytes_per_token
+    assert m["shards"] >= 4 and json.loads((folder / "data/hidden/manifest.json").read_text())["dtype"] == \
+        "float8_e4m3fn"
+    return folder
+
+
 @pytest.mark.parametrize("kill_at", ["mid-first-shard", "after-3-shards"])
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(base, whole, tmp_path, kill_at):
-    cut = _copy(base, tmp_path / "cut")
+    _kill_and_rerun(_copy(base, tmp_path / "cut"), whole, kill_at)
+
+
+def test_fp8_sigkill_then_rerun_equals_an_uninterrupted_run(base, whole, whole_fp8, tmp_path):
+    """FP8 shards (their scales held to the end of each shard) resume to the same bytes, and
+    take about half the bf16 run's."""
+    _kill_and_rerun(_copy(base, tmp_path / "cut", state_dtype="float8_e4m3fn"), whole_fp8, "mid-first-shard")
+    fp8, bf16 = (sum(len(b) for b in _shards(f).values()) for f in (whole_fp8, whole))
+    assert 0.45 < fp8 / bf16 < 0.6, (fp8, bf16)
+
+
+def _plan_rows(folder: Path, *args: str) -> dict[tuple[str, str], tuple[bool, int, int]]:
+    """`draftline extract --plan-only` -> (state dtype, teacher) -> (configured, B/token, shards)."""
+    p = subprocess.run([*_cmd(1), "--plan-only", *args], cwd=folder, env=_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {}
+    for line in p.stdout.splitlines()[2:-1]:
+        mark, (dtype, teacher, bpt, _, _, shards) = line[0] == "*", line[2:].split()
+        rows[dtype, teacher] = (mark, int(bpt.replace(",", "")), int(shards.replace(",", "")))
+    assert len(rows) == 6 and p.stdout.splitlines()[-1].startswith("* params: "), p.stdout
+    return rows
+
+
+def test_the_plan_only_table_is_what_extraction_stores(whole, whole_fp8):
+    """Before any work: the plan of each format, the params' one marked; each agrees with
+    what the runs then stored (bytes per token, shards)."""
+    rows = _plan_rows(whole)
+    assert [k for k, (mark, _, _) in rows.items() if mark] == [("bfloat16", "final")]
+    for folder, dtype in ((whole, "bfloat16"), (whole_fp8, "float8_e4m3fn")):
+        m = json.loads((folder / "data/metrics/extract.json").read_text())
+        assert rows[dtype, "final"][1:] == (m["bytes_per_token"], m["shards"]), dtype
+    # a target and a data size not run here: Qwen3.6-27B's 5 layers x 5120, 200M tokens
+    qwen = _plan_rows(whole, "--tokens-total", "200000000", "--layers", "5", "--hidden-size", "5120")
+    assert qwen["bfloat16", "final"][1] == 6 * 5120 * 2 + 5 and qwen["float8_e4m3fn", "final"][1] == 6 * 5120 + 6 * 4 + 5
+
+
+def _kill_and_rerun(cut: Path, whole: Path, kill_at: str) -> None:
     hidden = cut / "data/hidden"
     proc = subprocess.Popen(_cmd(1), cwd=cut, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300

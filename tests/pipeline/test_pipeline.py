@@ -182,6 +182,7 @@ KEY_READERS = [
     ("chat.thinking", "off", {"regenerate", "tokenize", "benchmark"}),
     ("extract.teacher", "top_k", {"extract"}),
     ("extract.dtype", "float32", {"extract", "train"}),
+    ("extract.state_dtype", "float8_e4m3fn", {"extract", "train"}),  # online features round as stored
     ("train.features", "online", {"extract", "train", "card"}),  # the card states the recipe
     ("train.lr", 0.0123, {"train", "card"}),
     ("target.dtype", "bfloat16", {"target", "regenerate"}),

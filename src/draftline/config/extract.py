@@ -18,9 +18,13 @@ class ExtractParams(Section):
     # 135M one's 3.5 KB both make ~2 GB files): a few large files, not one per sample, and
     # a kill loses at most one shard per rank.
     shard_bytes: Annotated[int, Field(ge=1024)] = 2_000_000_000
-    # The target's compute dtype here (stored states are bf16 either way); auto as in
-    # regenerate.dtype.
+    # The target's compute dtype here (the stored states' dtype is state_dtype); auto as
+    # in regenerate.dtype.
     dtype: BatchDtype = "auto"
+    # How the states are stored: bfloat16, or float8_e4m3fn with a float32 scale per token
+    # and state, half the bytes (hidden/state_dtype.py; Decisions: extract.state_dtype).
+    # The final state follows it; top-k log-probabilities stay bf16.
+    state_dtype: Literal["bfloat16", "float8_e4m3fn"] = "bfloat16"
     # What the KL teacher is stored as: the final (post-norm) state, hidden x 2 bytes a
     # token; the target's top_k token ids and log-probabilities, top_k x 6 bytes (train's
     # kl_top_k must not exceed it); or none (train.loss: ce), which also stops the

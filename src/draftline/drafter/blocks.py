@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..hidden.state_dtype import widen
 from .block_attention import BlockLayout
 
 
 @dataclass
 class BlockBatch:
-    context: torch.Tensor  # [b, L, nL*H] target features
+    context: torch.Tensor  # [b, L, nL*H] target features, as stored (bf16, FP8, or widened)
     block_ids: torch.Tensor  # [b, A*B] token ids fed to the drafter
     position_ids: torch.Tensor  # [b, L + A*B]
     ctx_visible: torch.Tensor  # [b, A, L] bool: block a sees context position l (l < anchor)
@@ -25,6 +26,13 @@ class BlockBatch:
     weights: torch.Tensor  # [b, A, B-1] 0 where nothing is supervised
     teacher_rows: torch.Tensor  # [b, A, B-1] index into the flattened [b*L] final states
     anchors_used: int
+    context_scale: torch.Tensor | None = None  # [b, L, nL] float32: FP8 features' scales
+
+    def features(self, device: torch.device) -> torch.Tensor:
+        """The context features in float32 on `device`: moved as stored (half the bytes of
+        bf16 for FP8), then widened there."""
+        scale = None if self.context_scale is None else self.context_scale.to(device)
+        return widen(self.context.to(device), scale)
 
     @property
     def block_size(self) -> int:
@@ -86,6 +94,8 @@ def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamm
     Q = A * B
     feat = seqs[0].context.shape[-1]
     context = torch.zeros(b, L, feat, dtype=seqs[0].context.dtype)
+    scaled = seqs[0].context_scale is not None
+    scale = torch.zeros(b, L, seqs[0].context_scale.shape[-1]) if scaled else None
     block_ids = torch.full((b, A, B), mask_id, dtype=torch.long)
     block_pos = torch.zeros(b, A, B, dtype=torch.long)
     labels = torch.zeros(b, A, B - 1, dtype=torch.long)
@@ -98,6 +108,8 @@ def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamm
     for i, (s, a) in enumerate(zip(seqs, anchors)):
         n = s.input_ids.shape[0]
         context[i, :n] = s.context
+        if scaled:
+            scale[i, :n] = s.context_scale
         na = a.numel()
         used += na
         if na == 0:
@@ -115,4 +127,5 @@ def build(seqs, anchors: list[torch.Tensor], block_size: int, mask_id: int, gamm
         teacher_rows[i, :na] = i * L + (tgt - 1).clamp(max=n - 1)
         ctx_visible[i, :na] = torch.arange(L)[None, :] < a[:, None]
     position_ids = torch.cat([torch.arange(L).expand(b, L), block_pos.view(b, Q)], dim=1)
-    return BlockBatch(context, block_ids.view(b, Q), position_ids, ctx_visible, labels, weights, teacher_rows, used)
+    return BlockBatch(context, block_ids.view(b, Q), position_ids, ctx_visible, labels, weights, teacher_rows, used,
+                      scale)

@@ -1,4 +1,5 @@
-"""Held-out evaluation: loss, accuracy per block position, and the acceptance it implies.
+"""Held-out evaluation: loss (and CE on the target's tokens, comparable whatever the
+teacher), accuracy per block position, and the acceptance it implies.
 
 The held-out sequences are the target's own answers, so drafting a block at an anchor and
 counting the drafted tokens that equal the next tokens (up to the first miss) is exactly
@@ -17,7 +18,7 @@ def evaluate(step: Step, seqs, batch_size: int, seed: int) -> dict:
     was_training = step.drafter.training
     step.drafter.eval()
     gen = torch.Generator().manual_seed(seed)  # fixed anchors: evals are comparable over steps
-    loss_w = weight = accepted = blocks = 0.0
+    loss_w = ce_w = weight = accepted = blocks = 0.0
     c = torch.zeros(step.dp.block_size - 1)
     n = torch.zeros_like(c)
     with torch.no_grad():
@@ -26,11 +27,12 @@ def evaluate(step: Step, seqs, batch_size: int, seed: int) -> dict:
             batch = step.blocks(part, 0, gen)
             loss, st = step.loss(part, batch)
             loss_w += float(loss) * st["weight"]
+            ce_w += st["ce"] * st["weight"]
             weight += st["weight"]
             c += st["correct_by_pos"]
             n += st["count_by_pos"]
             accepted += st["accepted"]
             blocks += st["blocks"]
     step.drafter.train(was_training)
-    return {"loss": loss_w / max(weight, 1e-8), "acc_by_pos": (c / n.clamp_min(1)).tolist(),
+    return {"loss": loss_w / max(weight, 1e-8), "ce": ce_w / max(weight, 1e-8), "acc_by_pos": (c / n.clamp_min(1)).tolist(),
             "tau_estimate": 1 + accepted / max(blocks, 1)}

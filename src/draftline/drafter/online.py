@@ -8,8 +8,9 @@ single epoch over a large set; offline where the set is read many times, as the 
 default's five epochs are.
 
 The features are the extract stage's own: the same hooks (hidden/capture.py) on the same
-layers, the final state after the final norm, rounded to bf16 as stored, so a batch gives
-the same loss online as offline within bf16 rounding. The target runs under inference mode,
+layers, the final state after the final norm, rounded to bf16 as stored, and quantized to
+FP8 with its scales only where `extract.state_dtype` asks for it, as extract stores them,
+so a batch gives the same loss online as offline within the rounding of the stored dtype. The target runs under inference mode,
 in `extract.dtype` (bf16 on GPUs and on CPUs with bf16 units) and, with
 `--target-device-map auto`, across the GPUs of the process: under torchrun, each rank over its
 own share of the node's GPUs, as extract places it (devices.target_max_memory).
@@ -28,6 +29,7 @@ from ..devices import target_max_memory
 from ..distributed import World
 from ..hidden.capture import right_padded
 from ..hidden.plan import Record
+from ..hidden.state_dtype import is_fp8, quantize
 from ..hidden.store import Sequence
 from ..hidden.token_rows import TokenRows
 
@@ -40,7 +42,8 @@ class OnlineRows:
     forward runs, so the training rows' prefetch thread and the held-out evaluation take
     turns."""
 
-    def __init__(self, rows: TokenRows, split: str, capture, pad_id: int, lock: threading.Lock):
+    def __init__(self, rows: TokenRows, split: str, capture, pad_id: int, lock: threading.Lock,
+                 state_dtype: str = "bfloat16"):
         mask = pc.equal(rows.table["split"], split).to_numpy(zero_copy_only=False)
         self.rows = np.flatnonzero(mask).tolist()
         self._tokens = rows
@@ -48,7 +51,9 @@ class OnlineRows:
         self.ids = [all_ids[i] for i in self.rows]
         self.lengths = [rows.lengths[i] for i in self.rows]
         self.capture, self.pad_id, self.lock = capture, pad_id, lock
-        self.width = len(capture.layer_ids) * capture.record.hidden
+        self.layers = len(capture.layer_ids)
+        self.width = self.layers * capture.record.hidden
+        self.state_dtype = state_dtype
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -72,9 +77,14 @@ class OnlineRows:
             states, _, _ = self.capture(ids, attn)
         out = []
         for j, r in enumerate(rows):
-            s = states[j, : lengths[j]]
-            out.append(Sequence(r["id"], r["split"], s[:, : self.width], s[:, self.width :] if self.has_final else None,
-                                torch.tensor(r["input_ids"]), torch.tensor(r["loss_mask"], dtype=torch.float32)))
+            s, scale = states[j, : lengths[j]], None
+            if is_fp8(self.state_dtype):  # as extract would store them (on the target's device)
+                s, scale = quantize(s, self.capture.record.hidden)
+            final = s[:, self.width :] if self.has_final else None
+            out.append(Sequence(r["id"], r["split"], s[:, : self.width], final, torch.tensor(r["input_ids"]),
+                                torch.tensor(r["loss_mask"], dtype=torch.float32), None, None,
+                                None if scale is None else scale[:, : self.layers],
+                                None if scale is None or final is None else scale[:, self.layers :]))
         return out
 
     @property
@@ -99,4 +109,6 @@ def online_rows(params, model_dir: Path, info, tokens: Path, world: World, devic
     tok = load_tokenizer(model_dir)
     pad = tok.pad_token_id if tok.pad_token_id is not None else info.eos_token_ids[0]
     capture, lock, rows = Capture(model, info.target_layer_ids, record), threading.Lock(), TokenRows.read(tokens)
-    return OnlineRows(rows, "train", capture, pad, lock), OnlineRows(rows, "val", capture, pad, lock)
+    state_dtype = params.extract.state_dtype
+    return (OnlineRows(rows, "train", capture, pad, lock, state_dtype),
+            OnlineRows(rows, "val", capture, pad, lock, state_dtype))

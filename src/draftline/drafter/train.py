@@ -150,7 +150,7 @@ def _report(log, dp, tp, drafter, world, elapsed, n_train, n_val, mask_id, metri
                "precision": "bfloat16" if use_bf16(tp.precision, world.device) else "float32"}
     if log.evals:
         ev = log.evals[-1]
-        metrics.update({"val_loss": ev["loss"], "val_acc_1": ev["acc_by_pos"][0],
+        metrics.update({"val_loss": ev["loss"], "val_ce": ev["ce"], "val_acc_1": ev["acc_by_pos"][0],
                         "val_tau_estimate": ev["tau_estimate"]})
     write_json(metrics_file, metrics)
     final_acc = log.evals[-1]["acc_by_pos"] if log.evals else [last[f"acc_{k}"] for k in range(1, B)]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from ..hidden.state_dtype import widen
 from ..precision import bf16_units
 from . import blocks
 from .batching import anchor_generator
@@ -21,6 +22,15 @@ if TYPE_CHECKING:  # annotations only: the stage imports the config of the secti
 
 
 TEACHER_CACHE_BYTES = 1 << 30  # the embedded default's teachers take about 50 MB
+# Held-out CE: comparable across teachers (a KL loss is not, when the teacher changes: FP8
+# storage, top-k), so evaluation reports it beside the configured loss.
+CE = LossSpec()
+
+
+def final_states(seq, device: torch.device) -> torch.Tensor:
+    """A sequence's final (teacher) states in float32 on `device`, moved as stored."""
+    scale = None if seq.final_scale is None else seq.final_scale.to(device)
+    return widen(seq.final.to(device), scale)
 
 
 def use_bf16(precision: str, device: torch.device = torch.device("cpu")) -> bool:
@@ -58,7 +68,7 @@ class Step:
         if seq.topk_ids is not None:  # stored by extract (extract.teacher: top_k), best first
             return SparseTeacher(seq.topk_ids[:, :k].to(self.device), seq.topk_logprobs[:, :k].to(self.device).float())
         with torch.no_grad():
-            t = top_k_teacher(seq.final.to(self.device).float(), self.lm_head_c, k)
+            t = top_k_teacher(final_states(seq, self.device), self.lm_head_c, k)
         size = t.ids.numel() * t.ids.element_size() + t.vals.numel() * t.vals.element_size()
         if self._teacher_bytes + size <= TEACHER_CACHE_BYTES:
             self._teachers[seq.id] = t
@@ -75,10 +85,10 @@ class Step:
                 ids[i * L : i * L + t.ids.shape[0]] = t.ids
                 vals[i * L : i * L + t.ids.shape[0]] = t.vals
             return SparseTeacher(ids, vals)
-        flat = torch.zeros(len(seqs) * L, seqs[0].final.shape[-1])
+        flat = torch.zeros(len(seqs) * L, seqs[0].final.shape[-1], device=self.device)
         for i, s in enumerate(seqs):
-            flat[i * L : i * L + s.final.shape[0]] = s.final  # widened to fp32 here (stored as bf16)
-        return flat.to(self.device)
+            flat[i * L : i * L + s.final.shape[0]] = final_states(s, self.device)
+        return flat
 
     def blocks(self, seqs, epoch: int, generator: torch.Generator | None = None,
                training: bool = False) -> blocks.BlockBatch:
@@ -100,14 +110,14 @@ class Step:
             dev = self.device
             noise = F.embedding(batch.block_ids.to(dev), self.embed_w)
             inputs = dict(position_ids=batch.position_ids.to(dev), noise_embedding=noise,
-                          target_hidden=batch.context.to(dev).float())  # bf16 over the bus, fp32 here
+                          target_hidden=batch.features(dev))  # as stored over the bus, fp32 here
             with block_local_convs(self.dp.block_size):
                 with routed():  # each layer's mask from the layout: full and sliding layers differ
                     hidden = self.drafter(**inputs, block_layout=batch.layout(dense=not self.block_attention).to(dev))
             final_flat = self._flat_teacher(seqs, batch.context.shape[1]) if self.spec.needs_teacher else None
             on_dev = blocks.BlockBatch(batch.context, batch.block_ids, batch.position_ids, batch.ctx_visible,
                                        batch.labels.to(dev), batch.weights.to(dev), batch.teacher_rows.to(dev),
-                                       batch.anchors_used)
+                                       batch.anchors_used, batch.context_scale)
             if restricted:
                 head_w = self.head_w
             else:  # evaluation: the full head, already in the compute dtype
@@ -115,6 +125,10 @@ class Step:
             loss, stats = block_loss(hidden.float(), on_dev, head_w, final_flat,
                                      self.dp.block_size, self.spec, denom, self.compute_dtype,
                                      self.head if restricted else None)
+            if not training_head:  # evaluation: also the CE on the target's tokens, whatever the loss
+                stats["ce"] = float(loss) if self.spec.kind == "ce" else float(
+                    block_loss(hidden.float(), on_dev, head_w, None, self.dp.block_size, CE, denom,
+                               self.compute_dtype)[0])
         if training_head and is_dflash2(self.drafter) and self.tp.selector_weight > 0:
             loss = loss + self.tp.selector_weight * self._selector_loss(hidden, batch, on_dev, final_flat, head_w,
                                                                         restricted, denom)

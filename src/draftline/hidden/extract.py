@@ -62,7 +62,8 @@ def fingerprint(tokens: Path, info_file: Path, params, dtype: str) -> str:
 
 def record_of(params, info: TargetInfo) -> Record:
     p = params.extract
-    return Record(info.hidden_size, len(info.target_layer_ids), p.teacher, p.top_k if p.teacher == "top_k" else 0)
+    return Record(info.hidden_size, len(info.target_layer_ids), p.teacher, p.top_k if p.teacher == "top_k" else 0,
+                  p.state_dtype)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,8 @@ def _resume(p, world: World, rows: TokenRows, record: Record, out: Path, fp: str
         ledger.clear(out)  # shards from before shard_dir was set: DVC would cache them again
     distributed.barrier(world)
     if world.main:
-        print(f"extract: plan {the_plan.tokens:,} tokens x {record.bytes_per_token:,} B/token = "
+        print(f"extract: plan {the_plan.tokens:,} tokens x {record.bytes_per_token:,} B/token "
+              f"({record.state_dtype} states) = "
               f"{human(the_plan.total_bytes)} in {len(the_plan.shards)} shard(s) of <= {human(p.shard_bytes)}; "
               f"{len(done)} done, {len(todo)} to write on {world.size} rank(s); {human(free)} free at {location}",
               file=sys.stderr, flush=True)

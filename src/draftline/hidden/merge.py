@@ -26,7 +26,8 @@ def merge(out: Path, shard_dir: str | None, layer_ids: list[int], record: Record
         shards.append({"name": e["name"], "bytes": e["bytes"], "xxh3_128": e["xxh3_128"], "tokens": e["tokens"],
                        "rows": len(e["rows"]), "state_stats": e["state_stats"]})
     meta = {"target_layer_ids": layer_ids, "hidden_size": record.hidden, "teacher": record.teacher,
-            "top_k": record.top_k, "state_columns": record.state_columns, "dtype": "bfloat16",
+            "top_k": record.top_k, "state_columns": record.state_columns, "dtype": record.state_dtype,
+            "scales": "float32 per token and state" if record.scale_columns else None,
             "final": "post-norm last hidden state" if record.teacher == "final" else None,
             "shard_dir": shard_dir}
     out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from .state_dtype import SCALE_BYTES, is_fp8, itemsize
+
 TEACHERS = ("final", "top_k", "none")
 BF16, I32, U8 = 2, 4, 1
 
@@ -26,22 +28,34 @@ class Record:
     """The per-token layout of a shard (see shard_file.py).
 
     states: the captured layers' states, then the final state when it is the teacher,
-    side by side in one bf16 row (written front to back, one batch after another);
+    side by side in one row of `state_dtype` (written front to back, one batch after
+    another); FP8 adds a float32 scale per state (state_dtype.py);
     top_k: the teacher's k most likely token ids (int32) and their log-probabilities (bf16)."""
 
     hidden: int
     layers: int
     teacher: str = "final"
     top_k: int = 0
+    state_dtype: str = "bfloat16"
+
+    @property
+    def groups(self) -> int:
+        """States per token: the captured layers, and the final state when it is the teacher."""
+        return self.layers + (self.teacher == "final")
 
     @property
     def state_columns(self) -> int:
-        return (self.layers + (self.teacher == "final")) * self.hidden
+        return self.groups * self.hidden
+
+    @property
+    def scale_columns(self) -> int:
+        return self.groups if is_fp8(self.state_dtype) else 0
 
     @property
     def bytes_per_token(self) -> int:
         teacher = self.top_k * (I32 + BF16) if self.teacher == "top_k" else 0
-        return self.state_columns * BF16 + I32 + U8 + teacher  # + input_ids, loss_mask
+        states = self.state_columns * itemsize(self.state_dtype) + self.scale_columns * SCALE_BYTES
+        return states + I32 + U8 + teacher  # + input_ids, loss_mask
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Rows of the extract stage's output, read on demand from memory-mapped shards.
 
 `ShardRows(folder, split)` is a sequence of `Sequence`s whose tensors are read only when a
-row is asked for, in their stored dtypes (states bf16, ids int32): a trainer holds the index
+row is asked for, in their stored dtypes (states bf16 or FP8 with their scales, ids int32;
+`state_dtype.widen` makes them float32 on the device): a trainer holds the index
 (ids, lengths) and the rows of the batches it is working on, never the dataset. At 27B width
 the stored states are 61 KB a token, so a training split is terabytes; the same reader
 serves the embedded default, whose rows then simply stay in the page cache.
@@ -23,10 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .store import MANIFEST, Sequence, check_shards, read_index, shard_folder
+from .state_dtype import widen
+from .store import MANIFEST, Sequence, check_format, check_shards, read_index, shard_folder
 
-# The dtypes extract writes, as numpy reads them (bf16 is read as int16 and reinterpreted).
-_NUMPY = {"BF16": (np.int16, torch.bfloat16), "I32": (np.int32, None), "U8": (np.uint8, None)}
+# The dtypes extract writes, as numpy reads them (bf16 and FP8 are read as integers of their
+# size and reinterpreted).
+_NUMPY = {"BF16": (np.int16, torch.bfloat16), "F8_E4M3": (np.uint8, torch.float8_e4m3fn), "F32": (np.float32, None),
+          "I32": (np.int32, None), "U8": (np.uint8, None)}
 OPEN_SHARDS = 64  # mappings kept open at once: a 12 TB split is 6,000 shards, more than an fd limit
 PAGE = mmap.PAGESIZE
 
@@ -34,10 +38,11 @@ PAGE = mmap.PAGESIZE
 class _Mapped:
     """One shard file, mapped; `rows(name, a, b)` copies rows a..b of a tensor out."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, state_dtype: str):
         with open(path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
             self.header = json.loads(f.read(n))
+            check_format(path, state_dtype, self.header)
             self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self.base = 8 + n
         self.path = path
@@ -68,9 +73,9 @@ class _Mapped:
 class ShardRows:
     """The rows of `split` (None: all), in index order, read when indexed.
 
-    `rows[i]` / `rows[a:b]` -> Sequence(s) with context and final in bf16 (as stored),
-    input_ids and top-k ids as int64, loss_mask as float32, top-k log-probs in bf16.
-    Convert the states on the compute device (`Sequence.to_float`)."""
+    `rows[i]` / `rows[a:b]` -> Sequence(s) with context and final as stored (bf16, or FP8
+    with their float32 scales), input_ids and top-k ids as int64, loss_mask as float32,
+    top-k log-probs in bf16. Widen the states on the compute device (`state_dtype.widen`)."""
 
     def __init__(self, folder: Path, split: str | None = None):
         folder = Path(folder)
@@ -78,7 +83,9 @@ class ShardRows:
         self.where = check_shards(folder) if (folder / MANIFEST).exists() else shard_folder(folder, index)
         self.shards = index["shards"]
         self.teacher = index.get("teacher", "final")
-        self.width = len(index["target_layer_ids"]) * index["hidden_size"]
+        self.state_dtype = index.get("dtype", "bfloat16")
+        self.layers = len(index["target_layer_ids"])
+        self.width = self.layers * index["hidden_size"]
         self.index = [r for r in index["rows"] if split is None or r["split"] == split]
         self.ids = [r["id"] for r in self.index]
         self.lengths = [r["length"] for r in self.index]
@@ -98,10 +105,13 @@ class ShardRows:
         a, b = r["offset"], r["offset"] + r["length"]
         states = m.rows("states", a, b)
         final = states[:, self.width :] if self.teacher == "final" else None
+        scales = m.rows("state_scales", a, b) if "state_scales" in m.header else None
         topk = "topk_ids" in m.header
         return Sequence(r["id"], r["split"], states[:, : self.width], final, m.rows("input_ids", a, b).long(),
                         m.rows("loss_mask", a, b).float(), m.rows("topk_ids", a, b).long() if topk else None,
-                        m.rows("topk_logprobs", a, b) if topk else None)
+                        m.rows("topk_logprobs", a, b) if topk else None,
+                        None if scales is None else scales[:, : self.layers],
+                        None if scales is None or final is None else scales[:, self.layers :])
 
     def read(self, indices: list[int]) -> list[Sequence]:
         return [self[i] for i in indices]
@@ -117,7 +127,7 @@ class ShardRows:
             return self._open[s]
         if len(self._open) >= OPEN_SHARDS:
             self._open.popitem(last=False)[1].close()
-        m = self._open[s] = _Mapped(self.where / self.shards[s])
+        m = self._open[s] = _Mapped(self.where / self.shards[s], self.state_dtype)
         return m
 
     def close(self) -> None:
@@ -126,8 +136,8 @@ class ShardRows:
 
 
 def load_sequences(folder: Path, split: str | None = None, dtype=torch.float32) -> list[Sequence]:
-    """Every row of `split` in memory, states as `dtype` (train.loader: memory; tests). Training
-    at scale streams the rows instead (reader.py)."""
+    """Every row of `split` in memory, states widened (FP8: with their scales) to `dtype`
+    (train.loader: memory; tests). Training at scale streams the rows instead (reader.py)."""
     rows = ShardRows(folder, split)
     try:
         return [_as(s, dtype) for s in rows]
@@ -136,5 +146,6 @@ def load_sequences(folder: Path, split: str | None = None, dtype=torch.float32) 
 
 
 def _as(s: Sequence, dtype) -> Sequence:
-    return Sequence(s.id, s.split, s.context.to(dtype), None if s.final is None else s.final.to(dtype),
+    return Sequence(s.id, s.split, widen(s.context, s.context_scale).to(dtype),
+                    None if s.final is None else widen(s.final, s.final_scale).to(dtype),
                     s.input_ids, s.loss_mask, s.topk_ids, None if s.topk_logprobs is None else s.topk_logprobs.float())

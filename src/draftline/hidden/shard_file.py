@@ -3,10 +3,13 @@
 The layout is known before the first batch (the plan fixes each shard's rows), so the
 safetensors header is written first and the tensors follow in file order:
 
-    input_ids [T] int32 | loss_mask [T] uint8 | states [T, C] bf16 | topk_ids [T, k] int32 | topk_logprobs [T, k] bf16
+    input_ids [T] int32 | loss_mask [T] uint8 | states [T, C] bf16 or F8_E4M3
+    | state_scales [T, G] float32 (FP8 only) | topk_ids [T, k] int32 | topk_logprobs [T, k] bf16
 
-input_ids and loss_mask come from the tokens file; `states` arrives one batch at a time;
-the top-k teacher (about 1/300 of `states`) is held until the end. Every byte is written
+input_ids and loss_mask come from the tokens file; `states` arrives one batch at a time
+(quantized here when FP8, state_dtype.py); the scales (1/1280 of FP8 states at 27B width)
+and the top-k teacher (about 1/300 of `states`) are held until the end. The header names
+the states' dtype, so a reader never guesses the format. Every byte is written
 once, in order, so the xxh3-128 hash the manifest records is computed on the way out and
 there is never a second copy of a shard in memory. Two background threads hash and write
 while the next batch is computed.
@@ -29,14 +32,18 @@ import xxhash
 
 from ..io import temp_beside
 from .plan import Record
+from .state_dtype import STATE_DTYPES, quantize
 
 WRITE_BYTES = 32 << 20
-DTYPES = {torch.bfloat16: "BF16", torch.int32: "I32", torch.uint8: "U8"}
+DTYPES = {torch.bfloat16: "BF16", torch.float8_e4m3fn: "F8_E4M3", torch.float32: "F32", torch.int32: "I32",
+          torch.uint8: "U8"}
 
 
 def layout(record: Record, tokens: int) -> list[tuple[str, torch.dtype, list[int]]]:
     out = [("input_ids", torch.int32, [tokens]), ("loss_mask", torch.uint8, [tokens]),
-           ("states", torch.bfloat16, [tokens, record.state_columns])]
+           ("states", STATE_DTYPES[record.state_dtype], [tokens, record.state_columns])]
+    if record.scale_columns:
+        out.append(("state_scales", torch.float32, [tokens, record.scale_columns]))
     if record.teacher == "top_k":
         out += [("topk_ids", torch.int32, [tokens, record.top_k]),
                 ("topk_logprobs", torch.bfloat16, [tokens, record.top_k])]
@@ -77,6 +84,7 @@ class ShardFileWriter:
         self.size = 0
         self.rows_written = 0
         self._topk: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._scales: list[torch.Tensor] = []
         self._error: BaseException | None = None
         # Two threads, each with its own queue of the same buffers: the hash and the disk
         # run side by side instead of taking turns.
@@ -116,13 +124,17 @@ class ShardFileWriter:
 
     def states(self, rows: torch.Tensor, topk_ids: torch.Tensor | None = None,
                topk_logprobs: torch.Tensor | None = None) -> None:
-        """The next rows of the shard, in order: [n, C] states (and their top-k teacher)."""
+        """The next rows of the shard, in order: [n, C] bf16 states (and their top-k teacher),
+        stored as the record's state_dtype."""
         if rows.shape[-1] != self.record.state_columns or rows.dtype != torch.bfloat16:
             raise ValueError(f"extract: states of shape {tuple(rows.shape)} {rows.dtype}, expected "
                              f"[n, {self.record.state_columns}] bfloat16")
         self.rows_written += int(rows.shape[0])
         if self.rows_written > self.tokens:
             raise ValueError(f"extract: {self.rows_written} token rows for a shard of {self.tokens}")
+        if self.record.scale_columns:
+            rows, scales = quantize(rows, self.record.hidden)
+            self._scales.append(scales.cpu())
         self._put(_bytes(rows))
         if self.record.teacher == "top_k":
             self._topk.append((topk_ids.to(torch.int32), topk_logprobs.to(torch.bfloat16)))
@@ -130,6 +142,8 @@ class ShardFileWriter:
     def _finish(self) -> None:
         if self.rows_written != self.tokens:
             raise ValueError(f"extract: {self.rows_written} token rows written for a shard of {self.tokens}")
+        if self.record.scale_columns:
+            self._put(_bytes(torch.cat(self._scales)))
         if self.record.teacher == "top_k":
             self._put(_bytes(torch.cat([i for i, _ in self._topk])))
             self._put(_bytes(torch.cat([v for _, v in self._topk])))

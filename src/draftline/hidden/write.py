@@ -29,7 +29,7 @@ def write_shards(produce, rows, the_plan: Plan, mine: list[Shard], location: Pat
     record = the_plan.record
     groups = state_labels(layer_ids, record.teacher)
     meta = {"target_layer_ids": str(layer_ids), "hidden_size": str(record.hidden),
-            "teacher": record.teacher, "top_k": str(record.top_k)}
+            "teacher": record.teacher, "top_k": str(record.top_k), "state_dtype": record.state_dtype}
     total = sum(s.tokens for s in mine)
     pb = bar(total, f"extract (rank {rank})" if world_size > 1 else "extract", unit="tok")
     t0, written, tokens = time.perf_counter(), 0, 0
