@@ -7,7 +7,8 @@ safetensors header is written first and the tensors follow in file order:
     | state_scales [T, G] float32 (FP8 only) | topk_ids [T, k] int32 | topk_logprobs [T, k] bf16
 
 input_ids and loss_mask come from the tokens file; `states` arrives one batch at a time
-(quantized here when FP8, state_dtype.py); the scales (1/1280 of FP8 states at 27B width)
+(quantized here when FP8, state_dtype.py, in a third thread: the next batch's forward
+does not wait for it); the scales (1/1280 of FP8 states at 27B width)
 and the top-k teacher (about 1/300 of `states`) are held until the end. The header names
 the states' dtype, so a reader never guesses the format. Every byte is written
 once, in order, so the xxh3-128 hash the manifest records is computed on the way out and
@@ -25,6 +26,7 @@ import os
 import queue
 import struct
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -85,6 +87,8 @@ class ShardFileWriter:
         self.rows_written = 0
         self._topk: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._scales: list[torch.Tensor] = []
+        # FP8: batches quantized one after another, in order, beside the caller's thread.
+        self._quantizer = ThreadPoolExecutor(1, thread_name_prefix="fp8") if record.scale_columns else None
         self._error: BaseException | None = None
         # Two threads, each with its own queue of the same buffers: the hash and the disk
         # run side by side instead of taking turns.
@@ -106,7 +110,7 @@ class ShardFileWriter:
         while (buf := q.get()) is not None:
             if self._error is None:
                 try:
-                    work(buf)
+                    work(buf.result() if isinstance(buf, Future) else buf)
                 except BaseException as e:  # noqa: BLE001 - reported on the caller's thread
                     self._error = e
 
@@ -132,17 +136,20 @@ class ShardFileWriter:
         self.rows_written += int(rows.shape[0])
         if self.rows_written > self.tokens:
             raise ValueError(f"extract: {self.rows_written} token rows for a shard of {self.tokens}")
-        if self.record.scale_columns:
-            rows, scales = quantize(rows, self.record.hidden)
-            self._scales.append(scales.cpu())
-        self._put(_bytes(rows))
+        self._put(self._quantizer.submit(self._quantize, rows) if self._quantizer else _bytes(rows))
         if self.record.teacher == "top_k":
             self._topk.append((topk_ids.to(torch.int32), topk_logprobs.to(torch.bfloat16)))
+
+    def _quantize(self, rows: torch.Tensor) -> memoryview:
+        q, scales = quantize(rows, self.record.hidden)
+        self._scales.append(scales.cpu())
+        return _bytes(q)
 
     def _finish(self) -> None:
         if self.rows_written != self.tokens:
             raise ValueError(f"extract: {self.rows_written} token rows written for a shard of {self.tokens}")
-        if self.record.scale_columns:
+        if self._quantizer:
+            self._quantizer.shutdown()  # every batch quantized: its scales are all here, in order
             self._put(_bytes(torch.cat(self._scales)))
         if self.record.teacher == "top_k":
             self._put(_bytes(torch.cat([i for i, _ in self._topk])))
@@ -166,6 +173,8 @@ class ShardFileWriter:
             if any(t.is_alive() for t in self._threads):
                 self._error = self._error or RuntimeError("aborted")
                 self._stop()
+            if self._quantizer:
+                self._quantizer.shutdown(cancel_futures=True)
             if not self._f.closed:
                 self._f.close()
             self.tmp.unlink(missing_ok=True)
