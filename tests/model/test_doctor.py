@@ -102,6 +102,19 @@ def test_the_doctor_passes_on_the_pipeline_as_it_is(inputs, tmp_path):
     assert cfg["block_size"] == _block_size(folder)
 
 
+def test_the_doctor_stores_the_states_as_extract_will(embedded, tmp_path):
+    """extract.state_dtype: float8_e4m3fn: the doctor's rows go through FP8 storage too, and
+    its feature check allows FP8's rounding, not more."""
+    params = yaml.safe_load((embedded / "params.yaml").read_text())
+    params["extract"]["state_dtype"] = "float8_e4m3fn"
+    folder = shutil.copytree(embedded, tmp_path / "fp8", ignore=shutil.ignore_patterns("source"))
+    (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    result = _doctor(folder)
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if "features: the states trained on" in x)
+    assert "(float8_e4m3fn)" in line and 0.003 < float(line.split("RMS difference ")[1].split()[0]) < 0.06, line
+
+
 def test_layer_ids_shifted_by_one_in_extraction_are_named(embedded, monkeypatch):
     """The classic off-by-one: the extractor stores transformers' hidden_states[i] (the
     output of layer i - 1) as layer i, while the engines read the output of layer i."""

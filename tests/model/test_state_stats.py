@@ -151,14 +151,20 @@ def test_many_bad_rows_are_counted_and_the_first_few_named(tmp_path):
     assert "non-finite at layer 1 (1 row(s)): sequence 'b' (shard row 1) token 500." in line
 
 
-def test_inspect_hidden_prints_each_layers_statistics(tmp_path, target_model):
-    extract_in_process(target_model, _rows(), LAYERS, tmp_path, 64, 0, shard_bytes=SHARD_TOKENS * 3461)
+@pytest.mark.parametrize("state_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_inspect_hidden_prints_each_layers_statistics(tmp_path, target_model, state_dtype):
+    extract_in_process(target_model, _rows(), LAYERS, tmp_path, 64, 0, shard_bytes=SHARD_TOKENS * 3461,
+                       state_dtype=state_dtype)
     manifest = read_json(tmp_path / "manifest.json")
     result = CliRunner().invoke(main, ["inspect", "--hidden", str(tmp_path)])
     print(result.output)
     assert result.exit_code == 0, result.output
     head, columns, *table = result.output.splitlines()
-    assert head.startswith(f"{tmp_path / 'manifest.json'}: 26 tokens in 2 shard(s), hidden 576")
+    bpt = Record(576, len(LAYERS), "final", 0, state_dtype).bytes_per_token
+    assert head.startswith(f"{tmp_path / 'manifest.json'}: 26 tokens in {len(manifest['shards'])} shard(s), "
+                           f"{bpt:,} B/token")
+    assert (f"hidden 576 ({state_dtype}, a float32 scale per token and layer; statistics before FP8 rounding)"
+            if state_dtype == "float8_e4m3fn" else "hidden 576 (bfloat16);") in head
     assert columns.split("  ")[0] == "layer" and "all-zero rows" in columns and "non-finite rows" in columns
     assert [r.split()[0] for r in table] == ["3", "15", "final"]
     for r in table:

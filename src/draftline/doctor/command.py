@@ -14,11 +14,13 @@ import click
 
 from ..command import path_option, run_stage
 from ..config.drafter import DrafterParams
+from ..config.extract import ExtractParams
 from ..config.train import TrainParams
 from ..config.view import Declared
 from ..devices import compute_device
 
-PARAMS = Declared("doctor", ("drafter", "train"), (DrafterParams, TrainParams))
+# extract.state_dtype: the rows' states are stored (bf16 or FP8) as the extract stage will.
+PARAMS = Declared("doctor", ("drafter", "extract.state_dtype", "train"), (DrafterParams, ExtractParams, TrainParams))
 
 
 @click.command("doctor")
@@ -44,7 +46,7 @@ def command(settings, model, info, tokens, rows, new_tokens, max_prompt_tokens, 
             keep):
     """The gate before the GPU hours: overfit, export, decode as served.
 
-    Params: `drafter`, `train`. On the first rows of the tokenized data it trains a fresh drafter of
+    Params: `drafter`, `train`, `extract.state_dtype`. On the first rows of the tokenized data it trains a fresh drafter of
     the configured shape until it drafts every block right, exports it, reads the export back as
     the engines do and decodes with the benchmark's decoder and z-lab's dflash_generate. It fails,
     naming the likely cause (layer ids, mask token, block size, rotary, features), unless every

@@ -30,10 +30,12 @@ SHARD_BYTES = 1 << 30
 STEADY = 3
 
 
-def extract(target, rows: list[dict], layer_ids: list[int], folder: Path, pad_id: int) -> list:
-    """The rows' states at `layer_ids`, written and read back as extract and train do."""
+def extract(target, rows: list[dict], layer_ids: list[int], folder: Path, pad_id: int,
+            state_dtype: str = "bfloat16") -> list:
+    """The rows' states at `layer_ids`, written as `state_dtype` and read back as extract and
+    train do."""
     hidden = target.config.get_text_config().hidden_size
-    record = Record(hidden, len(layer_ids), "none", 0)
+    record = Record(hidden, len(layer_ids), "none", 0, state_dtype)
     the_plan = plan([len(r["input_ids"]) for r in rows], record, SHARD_BYTES)
     folder.mkdir(parents=True, exist_ok=True)
     capture = Capture(target, layer_ids, record)

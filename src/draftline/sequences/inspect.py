@@ -105,8 +105,11 @@ def hidden_table(folder: Path) -> list[str]:
     rows += [(label, _num(st["rms"]), _num(st["rms_min"]), _num(st["rms_max"]), f"{st['zero_rows']:,}",
               f"{st['nonfinite_rows']:,}") for label, st in stats.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    head = (f"{manifest_path}: {m['tokens']:,} tokens in {len(m['shards'])} shard(s), hidden {m['hidden_size']} "
-            f"({m['dtype']}); a row is one token's state at one layer")
+    stored = m["dtype"] + (", a float32 scale per token and layer; statistics before FP8 rounding"
+                           if m.get("scales") else "")
+    head = (f"{manifest_path}: {m['tokens']:,} tokens in {len(m['shards'])} shard(s), {m['bytes_per_token']:,} "
+            f"B/token, {m['total_bytes'] / 1e9:.3f} GB; hidden {m['hidden_size']} ({stored}); a row is one "
+            "token's state at one layer")
     return [head, *("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)]
 
 
