@@ -118,3 +118,20 @@ def test_a_device_map_places_the_target_on_the_gpus(target_dir, target_model, to
         got = mapped(ids.to(mapped.device)).logits.cpu()
         want = target_model(ids).logits
     torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
+
+
+def test_fp8_states_widen_on_the_gpu_to_the_cpus_numbers(tmp_path):
+    """extract.state_dtype: float8_e4m3fn on CUDA: FP8 values and scales moved to the GPU
+    widen there to the CPU's numbers bit for bit (one float32 multiply each), and the GPU's
+    own quantization (online features) stays within e4m3's bound of the states."""
+    from draftline.hidden.state_dtype import quantize, widen
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(512, 3 * 256, generator=g) * torch.rand(512, 1, generator=g) * 50).to(torch.bfloat16)
+    q, s = quantize(x, 256)
+    assert torch.equal(widen(q.to(CUDA), s.to(CUDA)).cpu(), widen(q, s))
+    qg, sg = quantize(x.to(CUDA), 256)
+    assert qg.device.type == "cuda" and torch.allclose(sg.cpu(), s, rtol=1e-6, atol=0)
+    v = x.float().unflatten(-1, (3, 256))
+    err = (widen(qg, sg).cpu().unflatten(-1, (3, 256)) - v).abs()
+    assert bool((err <= torch.maximum(v.abs() * 2.0**-4, s.unsqueeze(-1) * 2.0**-10) * (1 + 1e-6)).all())
