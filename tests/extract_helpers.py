@@ -44,3 +44,18 @@ def context_features(hidden_states, layer_ids: list[int]):
     import torch
 
     return torch.cat([hidden_states[layer + 1] for layer in layer_ids], dim=-1)
+
+
+def random_rows(n: int, seed: int = 0, vocab: int = 60) -> list[dict]:
+    """`n` tokenized rows of 5-39 random ids, every fifth held out, the first third of each
+    a prompt (loss mask 0)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        length = int(torch.randint(5, 40, (1,), generator=g))
+        out.append({"id": f"r{i}", "split": "val" if i % 5 == 4 else "train",
+                    "input_ids": torch.randint(0, vocab, (length,), generator=g).tolist(),
+                    "loss_mask": [0] * (length // 3) + [1] * (length - length // 3)})
+    return out

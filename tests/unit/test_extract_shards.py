@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import xxhash
-from extract_helpers import extract_in_process
+from extract_helpers import extract_in_process, random_rows
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -36,15 +36,7 @@ def llama():
     return model
 
 
-def _rows(n, seed=0, vocab=60):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        length = int(torch.randint(5, 40, (1,), generator=g))
-        out.append({"id": f"r{i}", "split": "val" if i % 5 == 4 else "train",
-                    "input_ids": torch.randint(0, vocab, (length,), generator=g).tolist(),
-                    "loss_mask": [0] * (length // 3) + [1] * (length - length // 3)})
-    return out
+_rows = random_rows
 
 
 # -- the plan --
